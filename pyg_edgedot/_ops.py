@@ -1,0 +1,226 @@
+"""Builds or loads the extension once, then registers fake kernels and autograd.
+
+The extension (``csrc/``) is compiled just-in-time with ninja through
+``torch.utils.cpp_extension.load`` into PyTorch's extension cache (``TORCH_EXTENSIONS_DIR``
+is respected) the first time ``pyg_edgedot`` is imported on a machine, and loaded from the
+cache afterwards. Nothing is compiled inside ``forward``.
+
+Backends, per device:
+
+* CPU: the fused C++ kernel (``csrc/cpu``), else the pure-PyTorch fallback.
+* CUDA: the fused CUDA kernel (``csrc/cuda``), built when torch has CUDA and ``nvcc`` is
+  found, else the pure-PyTorch fallback.
+
+When the extension cannot be built at all, the same op schemas are defined from Python
+and implemented by :mod:`pyg_edgedot._reference`, so the public API, autograd and
+``torch.compile`` behave the same way; one warning says why and how to fix it.
+
+Environment variables:
+
+* ``PYG_EDGEDOT_FORCE_FALLBACK=1``: do not build; use the pure-PyTorch fallback.
+* ``PYG_EDGEDOT_CUDA=0``: build the CPU kernel only, even where CUDA could be built.
+* ``TORCH_CUDA_ARCH_LIST``: the CUDA targets (default: the GPUs present, else ``9.0``).
+"""
+import os
+import sys
+import time
+import warnings
+from pathlib import Path
+from typing import Dict, List, Optional
+
+import torch
+
+from . import _reference
+
+NAMESPACE = "pyg_edgedot"
+CSRC = Path(__file__).resolve().parent.parent / "csrc"
+
+# What was built, and why something was not; filled by ``load()``.
+STATE: Dict[str, Optional[str]] = {
+    "extension": None,        # "cuda", "cpu" or None
+    "cuda_error": None,       # why the CUDA kernel is not used, if it is not
+    "cpu_error": None,        # why the C++ kernel is not used, if it is not
+    "library_path": None,
+}
+_LIBRARIES: List[torch.library.Library] = []
+
+
+def _sources(with_cuda: bool) -> List[str]:
+    files = [CSRC / "edge_dot.cpp", CSRC / "cpu" / "edge_dot_cpu.cpp"]
+    if with_cuda:
+        files.append(CSRC / "cuda" / "edge_dot_cuda.cu")
+    return [str(f) for f in files]
+
+
+def nvcc_path() -> Optional[str]:
+    from torch.utils.cpp_extension import CUDA_HOME
+    if CUDA_HOME is None:
+        return None
+    nvcc = Path(CUDA_HOME) / "bin" / "nvcc"
+    return str(nvcc) if nvcc.exists() else None
+
+
+def cuda_buildable() -> Optional[str]:
+    """None if the CUDA kernel can be built here, else the reason it cannot."""
+    if os.environ.get("PYG_EDGEDOT_CUDA", "1") == "0":
+        return "PYG_EDGEDOT_CUDA=0 is set"
+    if torch.version.cuda is None:
+        return "this torch build has no CUDA (torch.version.cuda is None)"
+    if nvcc_path() is None:
+        return ("nvcc was not found (set CUDA_HOME to a CUDA toolkit matching "
+                f"torch.version.cuda={torch.version.cuda})")
+    return None
+
+
+def _arch_list() -> str:
+    if os.environ.get("TORCH_CUDA_ARCH_LIST"):
+        return os.environ["TORCH_CUDA_ARCH_LIST"]
+    if torch.cuda.is_available():
+        caps = sorted({torch.cuda.get_device_capability(i)
+                       for i in range(torch.cuda.device_count())})
+        return ";".join(f"{major}.{minor}" for major, minor in caps)
+    return "9.0"  # no GPU here: compile for the H100/H200 so compile errors still show
+
+
+def _build(with_cuda: bool) -> str:
+    from torch.utils import cpp_extension
+
+    name = f"{NAMESPACE}_{'cuda' if with_cuda else 'cpu'}"
+    build_dir = Path(cpp_extension._get_build_directory(name, verbose=False))
+    built = build_dir / f"{name}.so"
+    sources = _sources(with_cuda)
+    if not built.exists() or any(Path(s).stat().st_mtime > built.stat().st_mtime
+                                 for s in sources):
+        what = "C++ and CUDA" if with_cuda else "C++"
+        eta = "1-3 minutes" if with_cuda else "about 30 seconds"
+        print(f"pyg_edgedot: compiling the {what} kernels into {build_dir} "
+              f"(once per machine; takes {eta})...", file=sys.stderr, flush=True)
+    cflags = ["-O3", "-fopenmp"]
+    kwargs = dict(name=name, sources=sources, extra_cflags=cflags,
+                  extra_ldflags=["-fopenmp"], extra_include_paths=[str(CSRC)],
+                  is_python_module=False, verbose=False)
+    old_arch = os.environ.get("TORCH_CUDA_ARCH_LIST")
+    if with_cuda:
+        kwargs["extra_cuda_cflags"] = ["-O3", "-lineinfo", "-DWITH_CUDA"]
+        kwargs["extra_cflags"] = cflags + ["-DWITH_CUDA"]
+        os.environ["TORCH_CUDA_ARCH_LIST"] = _arch_list()
+    start = time.time()
+    try:
+        cpp_extension.load(**kwargs)
+    finally:
+        if with_cuda:
+            if old_arch is None:
+                os.environ.pop("TORCH_CUDA_ARCH_LIST", None)
+            else:
+                os.environ["TORCH_CUDA_ARCH_LIST"] = old_arch
+    STATE["build_seconds"] = f"{time.time() - start:.1f}"
+    return str(built)
+
+
+def _short(err: BaseException) -> str:
+    text = str(err).strip().splitlines()
+    return (text[-1] if text else type(err).__name__)[:300]
+
+
+def load() -> None:
+    """Build or load the extension (once per process), then register Python-side pieces."""
+    if STATE["extension"] is not None or _LIBRARIES:
+        return
+    if os.environ.get("PYG_EDGEDOT_FORCE_FALLBACK", "0") == "1":
+        STATE["cpu_error"] = STATE["cuda_error"] = "PYG_EDGEDOT_FORCE_FALLBACK=1 is set"
+    elif not CSRC.is_dir():
+        STATE["cpu_error"] = STATE["cuda_error"] = (
+            f"the kernel sources were not found at {CSRC} (install from a source checkout "
+            "with `pip install -e .`)")
+    else:
+        reason = cuda_buildable()
+        if reason is None:
+            try:
+                STATE["library_path"] = _build(with_cuda=True)
+                STATE["extension"] = "cuda"
+            except Exception as err:  # a failed nvcc build must not stop the CPU kernel
+                reason = f"building the CUDA kernel failed: {_short(err)}"
+        STATE["cuda_error"] = reason
+        if STATE["extension"] is None:
+            try:
+                STATE["library_path"] = _build(with_cuda=False)
+                STATE["extension"] = "cpu"
+            except Exception as err:
+                STATE["cpu_error"] = f"building the C++ kernel failed: {_short(err)}"
+
+    if STATE["extension"] is None:
+        _define_fallback_schemas()
+        _register_fallback("CPU")
+        warnings.warn(
+            f"pyg_edgedot: using the slower pure-PyTorch fallback because {STATE['cpu_error']}. "
+            "To fix it, install a C++ compiler and ninja (`pip install ninja`), then run "
+            "`python -m pyg_edgedot --build` to see the full build log.", stacklevel=3)
+    if STATE["extension"] != "cuda":
+        _register_fallback("CUDA")
+        if torch.cuda.is_available():
+            warnings.warn(
+                f"pyg_edgedot: CUDA tensors use the slower pure-PyTorch fallback because "
+                f"{STATE['cuda_error']}. To fix it, install the CUDA toolkit matching "
+                f"torch.version.cuda={torch.version.cuda}, set CUDA_HOME, and run "
+                "`python -m pyg_edgedot --build`.", stacklevel=3)
+    _register_python_side()
+
+
+def _define_fallback_schemas() -> None:
+    # The same schemas as csrc/edge_dot.cpp, for when that file could not be compiled.
+    lib = torch.library.Library(NAMESPACE, "DEF")
+    lib.define("edge_dot(Tensor x_src, Tensor x_dst, Tensor src_index, Tensor dst_index, "
+               "bool validate=True) -> Tensor")
+    lib.define("edge_dot_grad(Tensor grad_out, Tensor x_gather, Tensor scatter_index, "
+               "Tensor gather_index, SymInt num_rows, bool deterministic=False) -> Tensor")
+    _LIBRARIES.append(lib)
+
+
+def _register_fallback(dispatch_key: str) -> None:
+    lib = torch.library.Library(NAMESPACE, "IMPL")
+    lib.impl("edge_dot", _reference.edge_dot, dispatch_key)
+    lib.impl("edge_dot_grad", _reference.edge_dot_grad, dispatch_key)
+    _LIBRARIES.append(lib)
+
+
+def _register_python_side() -> None:
+    @torch.library.register_fake(f"{NAMESPACE}::edge_dot")
+    def _edge_dot_fake(x_src, x_dst, src_index, dst_index, validate=True):
+        torch._check(x_src.dim() == 2 and x_dst.dim() == 2)
+        torch._check(src_index.dim() == 1 and dst_index.shape == src_index.shape)
+        return x_src.new_empty(src_index.shape)
+
+    @torch.library.register_fake(f"{NAMESPACE}::edge_dot_grad")
+    def _edge_dot_grad_fake(grad_out, x_gather, scatter_index, gather_index, num_rows,
+                            deterministic=False):
+        torch._check(x_gather.dim() == 2)
+        return x_gather.new_empty((num_rows, x_gather.shape[1]))
+
+    def setup_context(ctx, inputs, output):
+        x_src, x_dst, src_index, dst_index, _ = inputs
+        ctx.save_for_backward(x_src, x_dst, src_index, dst_index)
+
+    def backward(ctx, grad_out):
+        x_src, x_dst, src_index, dst_index = ctx.saved_tensors
+        deterministic = torch.are_deterministic_algorithms_enabled()
+        grad_src = grad_dst = None
+        grad_out = grad_out.contiguous()
+        if ctx.needs_input_grad[0]:
+            grad_src = torch.ops.pyg_edgedot.edge_dot_grad(
+                grad_out, x_dst, src_index, dst_index, x_src.shape[0], deterministic)
+        if ctx.needs_input_grad[1]:
+            grad_dst = torch.ops.pyg_edgedot.edge_dot_grad(
+                grad_out, x_src, dst_index, src_index, x_dst.shape[0], deterministic)
+        return grad_src, grad_dst, None, None, None
+
+    torch.library.register_autograd(f"{NAMESPACE}::edge_dot", backward,
+                                    setup_context=setup_context)
+
+
+def backends() -> Dict[str, str]:
+    """Which implementation each device type uses: ``cuda``, ``cpp`` or ``python``."""
+    ext = STATE["extension"]
+    return {
+        "cpu": "cpp" if ext in ("cpu", "cuda") else "python",
+        "cuda": "cuda" if ext == "cuda" else "python",
+    }

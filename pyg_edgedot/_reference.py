@@ -1,0 +1,104 @@
+"""Pure-PyTorch implementations of the two ops, chunked over edges.
+
+Used only when the C++/CUDA extension cannot be built. Each function computes what the
+fused kernel computes, in chunks of ``chunk_size`` edges, so memory stays
+O(E + chunk_size * D) instead of O(E * D). The semantics match the kernels exactly,
+including out-of-range indices: with ``validate=True`` they raise ``IndexError``;
+with ``validate=False`` the edge scores NaN and contributes no gradient, and no memory
+outside the inputs is ever read.
+"""
+from typing import Optional, Tuple
+
+import torch
+from torch import Tensor
+
+# Edges per chunk: chunk_size * D elements are materialized at a time.
+DEFAULT_CHUNK_ELEMS = 1 << 24
+
+
+def _chunk_size(feat_dim: int) -> int:
+    return max(1, DEFAULT_CHUNK_ELEMS // max(1, feat_dim))
+
+
+def _acc_dtype(dtype: torch.dtype) -> torch.dtype:
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def first_out_of_range(
+    src_index: Tensor, dst_index: Tensor, num_src: int, num_dst: int
+) -> Optional[int]:
+    """Position of the first edge with an index out of range, or None."""
+    bad = (src_index < 0) | (src_index >= num_src) | (dst_index < 0) | (dst_index >= num_dst)
+    if not bool(bad.any()):
+        return None
+    return int(bad.nonzero()[0, 0])
+
+
+def out_of_range_message(
+    op: str, edge: int, src_index: Tensor, dst_index: Tensor, num_src: int, num_dst: int
+) -> str:
+    """The same message the C++ kernels raise, for the first bad edge."""
+    s, d = int(src_index[edge]), int(dst_index[edge])
+    if s < 0 or s >= num_src:
+        return (f"{op}: edge_index[0] holds an index out of range at edge {edge}: "
+                f"{s} (x_src has {num_src} rows; valid range is [0, {num_src}))")
+    return (f"{op}: edge_index[1] holds an index out of range at edge {edge}: "
+            f"{d} (x_dst has {num_dst} rows; valid range is [0, {num_dst}))")
+
+
+def _valid_and_clamped(index: Tensor, num_rows: int) -> Tuple[Tensor, Tensor]:
+    valid = (index >= 0) & (index < num_rows)
+    return valid, index.clamp(0, max(num_rows - 1, 0)).long()
+
+
+def edge_dot(x_src: Tensor, x_dst: Tensor, src_index: Tensor, dst_index: Tensor,
+             validate: bool = True) -> Tensor:
+    """out[e] = sum_k x_src[src_index[e], k] * x_dst[dst_index[e], k], in chunks."""
+    num_edges = src_index.numel()
+    num_src, num_dst = x_src.size(0), x_dst.size(0)
+    out = torch.empty(num_edges, dtype=x_src.dtype, device=x_src.device)
+    if num_edges == 0:
+        return out
+    if validate:
+        bad = first_out_of_range(src_index, dst_index, num_src, num_dst)
+        if bad is not None:
+            raise IndexError(out_of_range_message(
+                "edge_dot", bad, src_index, dst_index, num_src, num_dst))
+    acc = _acc_dtype(x_src.dtype)
+    step = _chunk_size(x_src.size(1))
+    for start in range(0, num_edges, step):
+        src = src_index[start:start + step]
+        dst = dst_index[start:start + step]
+        src_ok, src = _valid_and_clamped(src, num_src)
+        dst_ok, dst = _valid_and_clamped(dst, num_dst)
+        if num_src == 0 or num_dst == 0:
+            out[start:start + step] = float("nan")
+            continue
+        score = (x_src[src].to(acc) * x_dst[dst].to(acc)).sum(-1)
+        score = score.masked_fill(~(src_ok & dst_ok), float("nan"))
+        out[start:start + step] = score.to(out.dtype)
+    return out
+
+
+def edge_dot_grad(grad_out: Tensor, x_gather: Tensor, scatter_index: Tensor,
+                  gather_index: Tensor, num_rows: int, deterministic: bool = False) -> Tensor:
+    """out[scatter_index[e], :] += grad_out[e] * x_gather[gather_index[e], :], in chunks.
+
+    Edges with an index out of range contribute nothing. Accumulates in float32
+    (float64 for float64) and returns the dtype of ``x_gather``. ``deterministic`` is
+    honoured by PyTorch's own ``index_add_`` under ``torch.use_deterministic_algorithms``.
+    """
+    feat_dim = x_gather.size(1)
+    acc = _acc_dtype(x_gather.dtype)
+    out = torch.zeros(num_rows, feat_dim, dtype=acc, device=x_gather.device)
+    num_edges = scatter_index.numel()
+    if num_edges == 0 or num_rows == 0 or x_gather.size(0) == 0:
+        return out.to(x_gather.dtype)
+    step = _chunk_size(feat_dim)
+    for start in range(0, num_edges, step):
+        sc_ok, sc = _valid_and_clamped(scatter_index[start:start + step], num_rows)
+        ga_ok, ga = _valid_and_clamped(gather_index[start:start + step], x_gather.size(0))
+        contrib = x_gather[ga].to(acc) * grad_out[start:start + step].to(acc).unsqueeze(-1)
+        contrib = contrib.masked_fill(~(sc_ok & ga_ok).unsqueeze(-1), 0)
+        out.index_add_(0, sc, contrib)
+    return out.to(x_gather.dtype)
