@@ -1,0 +1,103 @@
+// Argument checks and helpers shared by the CPU and CUDA kernels of pyg_edgedot.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <string>
+
+namespace pyg_edgedot {
+
+inline bool is_supported_float(at::ScalarType t) {
+  return t == at::kFloat || t == at::kDouble || t == at::kHalf || t == at::kBFloat16;
+}
+
+inline bool is_supported_index(at::ScalarType t) { return t == at::kLong || t == at::kInt; }
+
+inline void check_features(const char* op, const at::Tensor& x, const char* name) {
+  TORCH_CHECK_VALUE(x.dim() == 2, op, ": ", name,
+                    " must be 2-D [num_nodes, feat_dim] (got shape ", x.sizes(), ")");
+  TORCH_CHECK_TYPE(is_supported_float(x.scalar_type()), op, ": ", name,
+                   " must be float32, float64, float16 or bfloat16 (got ", x.scalar_type(), ")");
+}
+
+inline void check_index(const char* op, const at::Tensor& index, const char* name,
+                        const at::Tensor& x, const char* x_name) {
+  TORCH_CHECK_VALUE(index.dim() == 1, op, ": ", name, " must be 1-D [E] (got shape ",
+                    index.sizes(), ")");
+  TORCH_CHECK_TYPE(is_supported_index(index.scalar_type()), op, ": ", name,
+                   " must be int64 or int32 (got ", index.scalar_type(), ")");
+  TORCH_CHECK_VALUE(index.device() == x.device(), op, ": ", x_name, " and ", name,
+                    " must be on the same device (got ", x.device(), " and ", index.device(),
+                    ")");
+}
+
+// The checks of the forward op, at its boundary.
+inline void check_edge_dot_args(const at::Tensor& x_src, const at::Tensor& x_dst,
+                                const at::Tensor& src_index, const at::Tensor& dst_index) {
+  const char* op = "edge_dot";
+  check_features(op, x_src, "x_src");
+  check_features(op, x_dst, "x_dst");
+  TORCH_CHECK_TYPE(x_src.scalar_type() == x_dst.scalar_type(), op,
+                   ": x_src and x_dst must have the same dtype (got ", x_src.scalar_type(),
+                   " and ", x_dst.scalar_type(), ")");
+  TORCH_CHECK_VALUE(x_src.device() == x_dst.device(), op,
+                    ": x_src and x_dst must be on the same device (got ", x_src.device(),
+                    " and ", x_dst.device(), ")");
+  TORCH_CHECK_VALUE(x_src.size(1) == x_dst.size(1), op,
+                    ": x_src and x_dst must have the same feature dimension (got ",
+                    x_src.size(1), " and ", x_dst.size(1), ")");
+  check_index(op, src_index, "src_index", x_src, "x_src");
+  check_index(op, dst_index, "dst_index", x_src, "x_src");
+  TORCH_CHECK_TYPE(src_index.scalar_type() == dst_index.scalar_type(), op,
+                   ": src_index and dst_index must have the same dtype (got ",
+                   src_index.scalar_type(), " and ", dst_index.scalar_type(), ")");
+  TORCH_CHECK_VALUE(src_index.size(0) == dst_index.size(0), op,
+                    ": src_index and dst_index must have the same length (got ",
+                    src_index.size(0), " and ", dst_index.size(0), ")");
+}
+
+// The checks of the gradient op, at its boundary.
+inline void check_edge_dot_grad_args(const at::Tensor& grad_out, const at::Tensor& x_gather,
+                                     const at::Tensor& scatter_index,
+                                     const at::Tensor& gather_index, int64_t num_rows) {
+  const char* op = "edge_dot_grad";
+  check_features(op, x_gather, "x_gather");
+  check_index(op, scatter_index, "scatter_index", x_gather, "x_gather");
+  check_index(op, gather_index, "gather_index", x_gather, "x_gather");
+  TORCH_CHECK_VALUE(grad_out.dim() == 1 && grad_out.size(0) == scatter_index.size(0) &&
+                        gather_index.size(0) == scatter_index.size(0),
+                    op, ": grad_out, scatter_index and gather_index must all be [E] (got ",
+                    grad_out.sizes(), ", ", scatter_index.sizes(), " and ",
+                    gather_index.sizes(), ")");
+  TORCH_CHECK_TYPE(scatter_index.scalar_type() == gather_index.scalar_type(), op,
+                   ": scatter_index and gather_index must have the same dtype (got ",
+                   scatter_index.scalar_type(), " and ", gather_index.scalar_type(), ")");
+  TORCH_CHECK_TYPE(grad_out.scalar_type() == x_gather.scalar_type(), op,
+                   ": grad_out and x_gather must have the same dtype (got ",
+                   grad_out.scalar_type(), " and ", x_gather.scalar_type(), ")");
+  TORCH_CHECK_VALUE(grad_out.device() == x_gather.device(), op,
+                    ": grad_out and x_gather must be on the same device (got ",
+                    grad_out.device(), " and ", x_gather.device(), ")");
+  TORCH_CHECK_VALUE(num_rows >= 0, op, ": num_rows must be >= 0 (got ", num_rows, ")");
+}
+
+// Kernels read rows through a row stride; only a column stride other than 1 needs a copy.
+inline at::Tensor unit_column_stride(const at::Tensor& x) {
+  return (x.size(1) <= 1 || x.stride(1) == 1) ? x : x.contiguous();
+}
+
+// The IndexError raised for the first edge with an index out of range.
+[[noreturn]] inline void throw_out_of_range(int64_t edge, int64_t src, int64_t dst,
+                                            int64_t num_src, int64_t num_dst) {
+  const bool src_bad = src < 0 || src >= num_src;
+  const char* which = src_bad ? "edge_index[0]" : "edge_index[1]";
+  const char* rows = src_bad ? "x_src" : "x_dst";
+  const int64_t value = src_bad ? src : dst;
+  const int64_t bound = src_bad ? num_src : num_dst;
+  TORCH_CHECK_INDEX(false, "edge_dot: ", which, " holds an index out of range at edge ", edge,
+                    ": ", value, " (", rows, " has ", bound, " rows; valid range is [0, ",
+                    bound, "))");
+}
+
+}  // namespace pyg_edgedot
