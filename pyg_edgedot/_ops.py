@@ -82,7 +82,7 @@ def _arch_list() -> str:
     return "9.0"  # no GPU here: compile for the H100/H200 so compile errors still show
 
 
-def _build(with_cuda: bool) -> str:
+def _build(with_cuda: bool, verbose: bool = False) -> str:
     from torch.utils import cpp_extension
 
     name = f"{NAMESPACE}_{'cuda' if with_cuda else 'cpu'}"
@@ -98,7 +98,7 @@ def _build(with_cuda: bool) -> str:
     cflags = ["-O3", "-fopenmp"]
     kwargs = dict(name=name, sources=sources, extra_cflags=cflags,
                   extra_ldflags=["-fopenmp"], extra_include_paths=[str(CSRC)],
-                  is_python_module=False, verbose=False)
+                  is_python_module=False, verbose=verbose)
     old_arch = os.environ.get("TORCH_CUDA_ARCH_LIST")
     if with_cuda:
         kwargs["extra_cuda_cflags"] = ["-O3", "-lineinfo", "-DWITH_CUDA"]
@@ -118,8 +118,9 @@ def _build(with_cuda: bool) -> str:
 
 
 def _short(err: BaseException) -> str:
-    text = str(err).strip().splitlines()
-    return (text[-1] if text else type(err).__name__)[:300]
+    lines = [ln.strip() for ln in str(err).strip().splitlines() if ln.strip()]
+    errors = [ln for ln in lines if "error" in ln.lower() and "build stopped" not in ln]
+    return (errors[0] if errors else lines[-1] if lines else type(err).__name__)[:300]
 
 
 def load() -> None:

@@ -1,0 +1,222 @@
+"""Forward values of ``edge_dot`` and of the registered ops, against a float64 reference."""
+import pytest
+import torch
+from torch_geometric import EdgeIndex
+
+import pyg_edgedot
+from pyg_edgedot import edge_dot
+from _helpers import (DEVICES, EI_LAYOUTS, FLOAT_DTYPES, INDEX_DTYPES, SHAPE_IDS, SHAPES,
+                      X_LAYOUTS, assert_close, dtype_id, make_edge_index, make_x, randn,
+                      random_edge_index, ref_edge_dot, ref_grads)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("index_dtype", INDEX_DTYPES, ids=dtype_id)
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=dtype_id)
+@pytest.mark.parametrize("shape", SHAPES, ids=SHAPE_IDS)
+def test_forward_grid(shape, dtype, index_dtype, device, gen):
+    num_src, num_dst, feat_dim, num_edges = shape
+    x_src = randn(gen, num_src, feat_dim, dtype=dtype, device=device)
+    x_dst = randn(gen, num_dst, feat_dim, dtype=dtype, device=device)
+    ei = random_edge_index(gen, num_src, num_dst, num_edges, index_dtype, device)
+    out = edge_dot(x_src, x_dst, ei)
+    assert out.dtype == dtype and out.device.type == device and out.dim() == 1
+    assert_close(out, ref_edge_dot(x_src, x_dst, ei), dtype)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=dtype_id)
+@pytest.mark.parametrize("feat_dim", [16, 7])
+@pytest.mark.parametrize("layout", X_LAYOUTS)
+def test_forward_x_layouts(layout, feat_dim, dtype, device, gen):
+    _, _, x_src = make_x(gen, layout, 23, feat_dim, dtype, device)
+    _, _, x_dst = make_x(gen, layout, 18, feat_dim, dtype, device)
+    ei = random_edge_index(gen, 23, 18, 211, torch.int64, device)
+    out = edge_dot(x_src, x_dst, ei)
+    assert_close(out, ref_edge_dot(x_src, x_dst, ei), dtype)
+    # Mixed: a strided source with a contiguous destination, and the other way round.
+    assert_close(edge_dot(x_src, x_dst.contiguous(), ei), ref_edge_dot(x_src, x_dst, ei), dtype)
+    assert_close(edge_dot(x_src.contiguous(), x_dst, ei), ref_edge_dot(x_src, x_dst, ei), dtype)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("index_dtype", INDEX_DTYPES, ids=dtype_id)
+@pytest.mark.parametrize("layout", EI_LAYOUTS)
+def test_forward_edge_index_layouts(layout, index_dtype, device, gen):
+    x_src = randn(gen, 30, 12, device=device)
+    x_dst = randn(gen, 25, 12, device=device)
+    ei = make_edge_index(random_edge_index(gen, 30, 25, 333, index_dtype, device), layout)
+    assert_close(edge_dot(x_src, x_dst, ei), ref_edge_dot(x_src, x_dst, ei), torch.float32)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("index_dtype", INDEX_DTYPES, ids=dtype_id)
+def test_forward_pyg_edge_index(index_dtype, device, gen):
+    x_src = randn(gen, 14, 9, device=device)
+    x_dst = randn(gen, 10, 9, device=device)
+    plain = random_edge_index(gen, 14, 10, 120, index_dtype, device)
+    ei = EdgeIndex(plain, sparse_size=(14, 10))
+    out = edge_dot(x_src, x_dst, ei)
+    assert type(out) is torch.Tensor
+    assert_close(out, ref_edge_dot(x_src, x_dst, plain), torch.float32)
+    # A sorted EdgeIndex, as PyG produces it.
+    sorted_ei, _ = ei.sort_by("row")
+    assert_close(edge_dot(x_src, x_dst, sorted_ei),
+                 ref_edge_dot(x_src, x_dst, sorted_ei.as_tensor()), torch.float32)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=dtype_id)
+def test_forward_same_tensor_self_loops_duplicates(dtype, device, gen):
+    x = randn(gen, 12, 33, dtype=dtype, device=device)
+    ei = random_edge_index(gen, 12, 12, 150, torch.int64, device)
+    loops = torch.arange(12, device=device).repeat(2, 1)
+    ei = torch.cat([ei, loops, ei[:, :40], loops], dim=1)  # self loops and duplicates
+    out = edge_dot(x, x, ei)
+    assert_close(out, ref_edge_dot(x, x, ei), dtype)
+    assert_close(out[162:202], ref_edge_dot(x, x, ei[:, :40]), dtype, "duplicates")
+    assert_close(out[150:162], ref_edge_dot(x, x, loops), dtype, "self loops")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=dtype_id)
+def test_low_precision_accumulates_in_fp32(dtype, device, gen):
+    # Positive terms: a float16/bfloat16 running sum stalls long before 2048 terms.
+    feat_dim = 2048
+    x_src = (randn(gen, 5, feat_dim, dtype=torch.float64).abs() + 0.5).to(dtype).to(device)
+    x_dst = (randn(gen, 6, feat_dim, dtype=torch.float64).abs() + 0.5).to(dtype).to(device)
+    ei = random_edge_index(gen, 5, 6, 40, torch.int64, device)
+    assert_close(edge_dot(x_src, x_dst, ei), ref_edge_dot(x_src, x_dst, ei), dtype)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_float16_partial_sums_beyond_fp16_range(device):
+    # Each product (40000) fits in float16, a partial sum (80000) does not; the result (200)
+    # does. Accumulating in float16 gives inf or nan.
+    x_src = torch.tensor([[200.0, 200.0, -200.0, -200.0]], dtype=torch.float16, device=device)
+    x_dst = torch.tensor([[200.0, 200.0, 200.0, 199.0]], dtype=torch.float16, device=device)
+    ei = torch.zeros(2, 3, dtype=torch.int64, device=device)
+    out = edge_dot(x_src, x_dst, ei)
+    assert out.dtype == torch.float16
+    assert torch.equal(out.cpu(), torch.full((3,), 200.0, dtype=torch.float16))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=dtype_id)
+def test_empty(dtype, device, gen):
+    x_src = randn(gen, 5, 8, dtype=dtype, device=device)
+    x_dst = randn(gen, 3, 8, dtype=dtype, device=device)
+    for index_dtype in INDEX_DTYPES:
+        ei = torch.empty(2, 0, dtype=index_dtype, device=device)
+        out = edge_dot(x_src, x_dst, ei)
+        assert out.shape == (0,) and out.dtype == dtype and out.device.type == device
+    # No nodes at all on one side, no edges.
+    none = torch.empty(0, 8, dtype=dtype, device=device)
+    ei = torch.empty(2, 0, dtype=torch.int64, device=device)
+    assert edge_dot(none, x_dst, ei).shape == (0,)
+    assert edge_dot(x_src, none, ei).shape == (0,)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=dtype_id)
+def test_forward_does_not_modify_inputs(dtype, device, gen):
+    x_src = randn(gen, 10, 7, dtype=dtype, device=device)
+    x_dst = randn(gen, 8, 7, dtype=dtype, device=device)
+    ei = random_edge_index(gen, 10, 8, 50, torch.int32, device)
+    copies = [t.clone() for t in (x_src, x_dst, ei)]
+    edge_dot(x_src, x_dst, ei)
+    for before, after in zip(copies, (x_src, x_dst, ei)):
+        assert torch.equal(before, after)
+
+
+# ---- the registered ops, called directly -------------------------------------------------
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("index_dtype", INDEX_DTYPES, ids=dtype_id)
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=dtype_id)
+def test_op_edge_dot(dtype, index_dtype, device, gen):
+    x_src = randn(gen, 17, 19, dtype=dtype, device=device)
+    x_dst = randn(gen, 13, 19, dtype=dtype, device=device)
+    ei = random_edge_index(gen, 17, 13, 222, index_dtype, device)
+    for validate in (True, False):
+        out = torch.ops.pyg_edgedot.edge_dot(x_src, x_dst, ei[0], ei[1], validate)
+        assert out.dtype == dtype
+        assert_close(out, ref_edge_dot(x_src, x_dst, ei), dtype)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("index_dtype", INDEX_DTYPES, ids=dtype_id)
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=dtype_id)
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_op_edge_dot_grad(deterministic, dtype, index_dtype, device, gen):
+    # out[scatter[e]] += grad_out[e] * x_gather[gather[e]]; rows 30..39 receive nothing.
+    x_gather = randn(gen, 21, 11, dtype=dtype, device=device)
+    grad_out = randn(gen, 400, dtype=dtype, device=device)
+    ei = random_edge_index(gen, 30, 21, 400, index_dtype, device)
+    out = torch.ops.pyg_edgedot.edge_dot_grad(grad_out, x_gather, ei[0], ei[1], 40,
+                                              deterministic)
+    assert out.dtype == dtype and out.shape == (40, 11) and out.device.type == device
+    # ref_grads(x_src=<any [40, D]>, x_dst=x_gather) gives the scatter onto the source rows.
+    placeholder = torch.zeros(40, 11, dtype=torch.float64)
+    ref, _ = ref_grads(placeholder, x_gather, ei, grad_out)
+    assert_close(out, ref, dtype)
+    assert torch.equal(out[30:].cpu(), torch.zeros(10, 11, dtype=dtype))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_op_edge_dot_grad_empty(device, gen):
+    x_gather = randn(gen, 5, 3, device=device)
+    empty_index = torch.empty(0, dtype=torch.int64, device=device)
+    grad_out = torch.empty(0, device=device)
+    out = torch.ops.pyg_edgedot.edge_dot_grad(grad_out, x_gather, empty_index, empty_index,
+                                              7, False)
+    assert out.shape == (7, 3) and torch.equal(out.cpu(), torch.zeros(7, 3))
+    out = torch.ops.pyg_edgedot.edge_dot_grad(grad_out, x_gather, empty_index, empty_index,
+                                              0, True)
+    assert out.shape == (0, 3)
+
+
+# ---- torch.library.opcheck -----------------------------------------------------------------
+
+OPCHECK_CASES = [
+    (torch.float32, torch.int64),
+    (torch.float64, torch.int32),
+    (torch.float16, torch.int64),
+    (torch.bfloat16, torch.int32),
+]
+OPCHECK_IDS = [f"{dtype_id(a)}-{dtype_id(b)}" for a, b in OPCHECK_CASES]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("num_edges", [0, 37])
+@pytest.mark.parametrize("dtypes", OPCHECK_CASES, ids=OPCHECK_IDS)
+def test_opcheck_edge_dot(dtypes, num_edges, device, gen):
+    dtype, index_dtype = dtypes
+    x_src = randn(gen, 9, 5, dtype=dtype, device=device).requires_grad_(True)
+    x_dst = randn(gen, 7, 5, dtype=dtype, device=device).requires_grad_(True)
+    # A transposed (non-contiguous) edge_index, as PyG often hands it over.
+    ei = random_edge_index(gen, 9, 7, num_edges, index_dtype, device).t().contiguous().t()
+    torch.library.opcheck(torch.ops.pyg_edgedot.edge_dot.default,
+                          (x_src, x_dst, ei[0], ei[1], True))
+    torch.library.opcheck(torch.ops.pyg_edgedot.edge_dot.default,
+                          (x_src, x_src, ei[0], ei[0], False))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("num_edges", [0, 37])
+@pytest.mark.parametrize("dtypes", OPCHECK_CASES, ids=OPCHECK_IDS)
+def test_opcheck_edge_dot_grad(dtypes, num_edges, device, gen):
+    dtype, index_dtype = dtypes
+    grad_out = randn(gen, num_edges, dtype=dtype, device=device)
+    x_gather = randn(gen, 7, 5, dtype=dtype, device=device)
+    ei = random_edge_index(gen, 9, 7, num_edges, index_dtype, device)
+    for deterministic in (False, True):
+        torch.library.opcheck(torch.ops.pyg_edgedot.edge_dot_grad.default,
+                              (grad_out, x_gather, ei[0], ei[1], 9, deterministic))
+
+
+def test_backends():
+    backends = pyg_edgedot.backends()
+    assert set(backends) == {"cpu", "cuda"}
+    assert backends["cpu"] in ("cpp", "python")
+    assert backends["cuda"] in ("cuda", "python")
