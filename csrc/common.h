@@ -87,17 +87,4 @@ inline at::Tensor unit_column_stride(const at::Tensor& x) {
   return (x.size(1) <= 1 || x.stride(1) == 1) ? x : x.contiguous();
 }
 
-// The IndexError raised for the first edge with an index out of range.
-[[noreturn]] inline void throw_out_of_range(int64_t edge, int64_t src, int64_t dst,
-                                            int64_t num_src, int64_t num_dst) {
-  const bool src_bad = src < 0 || src >= num_src;
-  const char* which = src_bad ? "edge_index[0]" : "edge_index[1]";
-  const char* rows = src_bad ? "x_src" : "x_dst";
-  const int64_t value = src_bad ? src : dst;
-  const int64_t bound = src_bad ? num_src : num_dst;
-  TORCH_CHECK_INDEX(false, "edge_dot: ", which, " holds an index out of range at edge ", edge,
-                    ": ", value, " (", rows, " has ", bound, " rows; valid range is [0, ",
-                    bound, "))");
-}
-
 }  // namespace pyg_edgedot

@@ -170,8 +170,8 @@ def load() -> None:
 def _define_fallback_schemas() -> None:
     # The same schemas as csrc/edge_dot.cpp, for when that file could not be compiled.
     lib = torch.library.Library(NAMESPACE, "DEF")
-    lib.define("edge_dot(Tensor x_src, Tensor x_dst, Tensor src_index, Tensor dst_index, "
-               "bool validate=True) -> Tensor")
+    lib.define("edge_dot(Tensor x_src, Tensor x_dst, Tensor src_index, Tensor dst_index) "
+               "-> (Tensor out, Tensor first_bad)")
     lib.define("edge_dot_grad(Tensor grad_out, Tensor x_gather, Tensor scatter_index, "
                "Tensor gather_index, SymInt num_rows, bool deterministic=False) -> Tensor")
     _LIBRARIES.append(lib)
@@ -186,10 +186,10 @@ def _register_fallback(dispatch_key: str) -> None:
 
 def _register_python_side() -> None:
     @torch.library.register_fake(f"{NAMESPACE}::edge_dot")
-    def _edge_dot_fake(x_src, x_dst, src_index, dst_index, validate=True):
+    def _edge_dot_fake(x_src, x_dst, src_index, dst_index):
         torch._check(x_src.dim() == 2 and x_dst.dim() == 2)
         torch._check(src_index.dim() == 1 and dst_index.shape == src_index.shape)
-        return x_src.new_empty(src_index.shape)
+        return x_src.new_empty(src_index.shape), src_index.new_empty(1, dtype=torch.int64)
 
     @torch.library.register_fake(f"{NAMESPACE}::edge_dot_grad")
     def _edge_dot_grad_fake(grad_out, x_gather, scatter_index, gather_index, num_rows,
@@ -198,10 +198,9 @@ def _register_python_side() -> None:
         return x_gather.new_empty((num_rows, x_gather.shape[1]))
 
     def setup_context(ctx, inputs, output):
-        x_src, x_dst, src_index, dst_index, _ = inputs
-        ctx.save_for_backward(x_src, x_dst, src_index, dst_index)
+        ctx.save_for_backward(*inputs)
 
-    def backward(ctx, grad_out):
+    def backward(ctx, grad_out, _grad_first_bad):
         x_src, x_dst, src_index, dst_index = ctx.saved_tensors
         deterministic = torch.are_deterministic_algorithms_enabled()
         grad_src = grad_dst = None
@@ -212,7 +211,7 @@ def _register_python_side() -> None:
         if ctx.needs_input_grad[1]:
             grad_dst = torch.ops.pyg_edgedot.edge_dot_grad(
                 grad_out, x_src, dst_index, src_index, x_dst.shape[0], deterministic)
-        return grad_src, grad_dst, None, None, None
+        return grad_src, grad_dst, None, None
 
     torch.library.register_autograd(f"{NAMESPACE}::edge_dot", backward,
                                     setup_context=setup_context)

@@ -3,9 +3,9 @@
 Used only when the C++/CUDA extension cannot be built. Each function computes what the
 fused kernel computes, in chunks of ``chunk_size`` edges, so memory stays
 O(E + chunk_size * D) instead of O(E * D). The semantics match the kernels exactly,
-including out-of-range indices: with ``validate=True`` they raise ``IndexError``;
-with ``validate=False`` the edge scores NaN and contributes no gradient, and no memory
-outside the inputs is ever read.
+including out-of-range indices: the edge scores NaN, contributes no gradient, and its
+position is reported in ``first_bad`` (the wrapper in ``functional.py`` raises from it);
+no memory outside the inputs is ever read.
 """
 from typing import Optional, Tuple
 
@@ -22,16 +22,6 @@ def _chunk_size(feat_dim: int) -> int:
 
 def _acc_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
-
-
-def first_out_of_range(
-    src_index: Tensor, dst_index: Tensor, num_src: int, num_dst: int
-) -> Optional[int]:
-    """Position of the first edge with an index out of range, or None."""
-    bad = (src_index < 0) | (src_index >= num_src) | (dst_index < 0) | (dst_index >= num_dst)
-    if not bool(bad.any()):
-        return None
-    return int(bad.nonzero()[0, 0])
 
 
 def out_of_range_message(
@@ -51,19 +41,17 @@ def _valid_and_clamped(index: Tensor, num_rows: int) -> Tuple[Tensor, Tensor]:
     return valid, index.clamp(0, max(num_rows - 1, 0)).long()
 
 
-def edge_dot(x_src: Tensor, x_dst: Tensor, src_index: Tensor, dst_index: Tensor,
-             validate: bool = True) -> Tensor:
-    """out[e] = sum_k x_src[src_index[e], k] * x_dst[dst_index[e], k], in chunks."""
+def edge_dot(x_src: Tensor, x_dst: Tensor, src_index: Tensor,
+             dst_index: Tensor) -> Tuple[Tensor, Tensor]:
+    """out[e] = sum_k x_src[src_index[e], k] * x_dst[dst_index[e], k], in chunks.
+
+    Returns ``(out, first_bad)``, ``first_bad`` the first edge with an index out of range
+    (as a one-element int64 tensor), or -1.
+    """
     num_edges = src_index.numel()
     num_src, num_dst = x_src.size(0), x_dst.size(0)
     out = torch.empty(num_edges, dtype=x_src.dtype, device=x_src.device)
-    if num_edges == 0:
-        return out
-    if validate:
-        bad = first_out_of_range(src_index, dst_index, num_src, num_dst)
-        if bad is not None:
-            raise IndexError(out_of_range_message(
-                "edge_dot", bad, src_index, dst_index, num_src, num_dst))
+    first_bad = torch.full((1,), -1, dtype=torch.int64, device=x_src.device)
     acc = _acc_dtype(x_src.dtype)
     step = _chunk_size(x_src.size(1))
     for start in range(0, num_edges, step):
@@ -71,13 +59,16 @@ def edge_dot(x_src: Tensor, x_dst: Tensor, src_index: Tensor, dst_index: Tensor,
         dst = dst_index[start:start + step]
         src_ok, src = _valid_and_clamped(src, num_src)
         dst_ok, dst = _valid_and_clamped(dst, num_dst)
+        ok = src_ok & dst_ok
         if num_src == 0 or num_dst == 0:
-            out[start:start + step] = float("nan")
-            continue
-        score = (x_src[src].to(acc) * x_dst[dst].to(acc)).sum(-1)
-        score = score.masked_fill(~(src_ok & dst_ok), float("nan"))
+            score = torch.full(ok.shape, float("nan"), dtype=acc, device=out.device)
+        else:
+            score = (x_src[src].to(acc) * x_dst[dst].to(acc)).sum(-1)
+            score = score.masked_fill(~ok, float("nan"))
         out[start:start + step] = score.to(out.dtype)
-    return out
+        if bool(first_bad < 0) and not bool(ok.all()):
+            first_bad.fill_(start + int((~ok).nonzero()[0, 0]))
+    return out, first_bad
 
 
 def edge_dot_grad(grad_out: Tensor, x_gather: Tensor, scatter_index: Tensor,

@@ -4,6 +4,8 @@ from typing import Tuple
 import torch
 from torch import Tensor
 
+from ._reference import out_of_range_message
+
 SUPPORTED_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 INDEX_DTYPES = (torch.int64, torch.int32)
 
@@ -72,13 +74,14 @@ def edge_dot(x_src: Tensor, x_dst: Tensor, edge_index: Tensor, *,
             May be the same tensor as ``x_src``.
         edge_index (Tensor): ``[2, E]`` int64 or int32 (a plain tensor or PyG's
             ``EdgeIndex``; any strides). Row 0 indexes ``x_src``, row 1 ``x_dst``.
-        validate (bool): check that every index is in range and raise ``IndexError``
-            naming the first bad edge. On the CPU this is free (done inside the kernel).
-            On CUDA the kernel records the first bad edge on the device and the host
-            reads that one number back: one device-to-host synchronization per call
-            (skipped while a CUDA graph is being captured). With ``validate=False`` there
-            is no synchronization; an out-of-range edge then scores NaN and contributes
-            no gradient. Either way, no memory outside the inputs is ever read.
+        validate (bool): raise ``IndexError`` naming the first edge whose index is out
+            of range (negative or too large). The kernel always checks bounds as it reads
+            and records the first bad edge; ``validate`` only decides whether the host
+            reads that one number back. On the CPU that is free; on CUDA it is one
+            device-to-host synchronization per call. It is skipped inside
+            ``torch.compile`` graphs and while a CUDA graph is captured. Unchecked, an
+            out-of-range edge scores NaN and contributes no gradient. Either way, no memory
+            outside the inputs is ever read and the CUDA context stays usable.
 
     Returns:
         Tensor: ``[E]`` scores in the dtype of the inputs (accumulated in float32, or
@@ -89,4 +92,11 @@ def edge_dot(x_src: Tensor, x_dst: Tensor, edge_index: Tensor, *,
             no cost). IndexError: an index out of range (see ``validate``).
     """
     src_index, dst_index = check_inputs(x_src, x_dst, edge_index)
-    return torch.ops.pyg_edgedot.edge_dot(x_src, x_dst, src_index, dst_index, validate)
+    out, first_bad = torch.ops.pyg_edgedot.edge_dot(x_src, x_dst, src_index, dst_index)
+    if validate and not torch.compiler.is_compiling() and not (
+            first_bad.is_cuda and torch.cuda.is_current_stream_capturing()):
+        bad = int(first_bad.item())
+        if bad >= 0:
+            raise IndexError(out_of_range_message("edge_dot", bad, src_index, dst_index,
+                                                  x_src.size(0), x_dst.size(0)))
+    return out

@@ -45,6 +45,7 @@ void edge_dot_cpu_impl(const at::Tensor& x_src, const at::Tensor& x_dst,
   const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(1, feat_dim));
   const scalar_t nan = static_cast<scalar_t>(std::numeric_limits<acc_t>::quiet_NaN());
 
+  if (out.numel() == 0) return;
   at::parallel_for(0, out.size(0), grain, [&](int64_t begin, int64_t end) {
     for (int64_t e = begin; e < end; ++e) {
       const int64_t s = static_cast<int64_t>(src_ptr[e * src_stride]);
@@ -62,15 +63,14 @@ void edge_dot_cpu_impl(const at::Tensor& x_src, const at::Tensor& x_dst,
   });
 }
 
-at::Tensor edge_dot_cpu(const at::Tensor& x_src_in, const at::Tensor& x_dst_in,
-                        const at::Tensor& src_index, const at::Tensor& dst_index,
-                        bool validate) {
+std::tuple<at::Tensor, at::Tensor> edge_dot_cpu(const at::Tensor& x_src_in,
+                                                const at::Tensor& x_dst_in,
+                                                const at::Tensor& src_index,
+                                                const at::Tensor& dst_index) {
   check_edge_dot_args(x_src_in, x_dst_in, src_index, dst_index);
   const at::Tensor x_src = unit_column_stride(x_src_in);
   const at::Tensor x_dst = unit_column_stride(x_dst_in);
   at::Tensor out = at::empty({src_index.size(0)}, x_src.options());
-  if (out.numel() == 0) return out;
-
   std::atomic<int64_t> first_bad{std::numeric_limits<int64_t>::max()};
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x_src.scalar_type(), "edge_dot_cpu", [&] {
     AT_DISPATCH_INDEX_TYPES(src_index.scalar_type(), "edge_dot_cpu", [&] {
@@ -78,11 +78,8 @@ at::Tensor edge_dot_cpu(const at::Tensor& x_src_in, const at::Tensor& x_dst_in,
     });
   });
   const int64_t bad = first_bad.load();
-  if (validate && bad != std::numeric_limits<int64_t>::max()) {
-    throw_out_of_range(bad, src_index[bad].item<int64_t>(), dst_index[bad].item<int64_t>(),
-                       x_src.size(0), x_dst.size(0));
-  }
-  return out;
+  const int64_t first = bad == std::numeric_limits<int64_t>::max() ? -1 : bad;
+  return {out, at::full({1}, first, src_index.options().dtype(at::kLong))};
 }
 
 // Parallel over blocks of columns, serial over edges within a block: each output element is

@@ -13,7 +13,6 @@
 #include <ATen/ATen.h>
 #include <ATen/OpMathType.h>
 #include <c10/cuda/CUDAException.h>
-#include <c10/cuda/CUDAGraphsC10Utils.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <torch/library.h>
@@ -99,7 +98,7 @@ __global__ void __launch_bounds__(kThreads) edge_dot_fwd_kernel(
     const index_t* __restrict__ src_index, int64_t src_index_stride,              // [E]
     const index_t* __restrict__ dst_index, int64_t dst_index_stride,              // [E]
     scalar_t* __restrict__ out,                                                   // [E]
-    unsigned long long* __restrict__ first_bad,  // [1] or null: smallest bad edge
+    unsigned long long* __restrict__ first_bad,  // [1]: smallest bad edge, or all ones
     int64_t num_edges, int64_t feat_dim, int group_size) {
   using acc_t = at::opmath_type<scalar_t>;
   const int64_t thread = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -165,7 +164,7 @@ __global__ void __launch_bounds__(kThreads) edge_dot_fwd_kernel(
           out[e] = static_cast<scalar_t>(acc[j]);
         } else {
           out[e] = static_cast<scalar_t>(std::numeric_limits<acc_t>::quiet_NaN());
-          if (first_bad != nullptr) atomicMin(first_bad, static_cast<unsigned long long>(e));
+          atomicMin(first_bad, static_cast<unsigned long long>(e));
         }
       }
     }
@@ -190,24 +189,19 @@ void launch_forward(const at::Tensor& x_src, const at::Tensor& x_dst,
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
-at::Tensor edge_dot_cuda(const at::Tensor& x_src_in, const at::Tensor& x_dst_in,
-                         const at::Tensor& src_index, const at::Tensor& dst_index,
-                         bool validate) {
+std::tuple<at::Tensor, at::Tensor> edge_dot_cuda(const at::Tensor& x_src_in,
+                                                 const at::Tensor& x_dst_in,
+                                                 const at::Tensor& src_index,
+                                                 const at::Tensor& dst_index) {
   check_edge_dot_args(x_src_in, x_dst_in, src_index, dst_index);
   const c10::cuda::OptionalCUDAGuard guard(x_src_in.device());
   const at::Tensor x_src = unit_column_stride(x_src_in);
   const at::Tensor x_dst = unit_column_stride(x_dst_in);
   at::Tensor out = at::empty({src_index.size(0)}, x_src.options());
-  if (out.numel() == 0) return out;
-
-  // Validation needs one number back on the host; never while a CUDA graph is captured.
-  const bool check = validate && c10::cuda::currentStreamCaptureStatusMayInitCtx() ==
-                                     c10::cuda::CaptureStatus::None;
-  at::Tensor first_bad;
-  if (check) first_bad = at::full({1}, -1, x_src.options().dtype(at::kLong));
-  auto* first_bad_ptr =
-      check ? reinterpret_cast<unsigned long long*>(first_bad.mutable_data_ptr<int64_t>())
-            : nullptr;
+  // -1 (all ones as unsigned) until an edge with an index out of range lowers it.
+  at::Tensor first_bad = at::full({1}, -1, x_src.options().dtype(at::kLong));
+  if (out.numel() == 0) return {out, first_bad};
+  auto* first_bad_ptr = reinterpret_cast<unsigned long long*>(first_bad.mutable_data_ptr<int64_t>());
 
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x_src.scalar_type(), "edge_dot_cuda", [&] {
     AT_DISPATCH_INDEX_TYPES(src_index.scalar_type(), "edge_dot_cuda", [&] {
@@ -221,15 +215,7 @@ at::Tensor edge_dot_cuda(const at::Tensor& x_src_in, const at::Tensor& x_dst_in,
       }
     });
   });
-
-  if (check) {
-    const int64_t bad = first_bad.item<int64_t>();  // the one host synchronization
-    if (bad >= 0) {
-      throw_out_of_range(bad, src_index[bad].item<int64_t>(), dst_index[bad].item<int64_t>(),
-                         x_src.size(0), x_dst.size(0));
-    }
-  }
-  return out;
+  return {out, first_bad};
 }
 
 // ---------------------------------------------------------------------------------------
@@ -263,14 +249,34 @@ __global__ void rowptr_from_sorted_kernel(const key_t* __restrict__ sorted_keys,
   }
 }
 
+// After the sort: the gather index and the upstream gradient of each edge, in sorted order,
+// so the row kernel reads them coalesced instead of chasing edge ids (one pass, E elements).
+template <typename scalar_t, typename index_t, typename key_t>
+__global__ void permute_edges_kernel(const key_t* __restrict__ edge_ids,          // [E] sorted
+                                     const index_t* __restrict__ gather_index,    // [E]
+                                     int64_t gather_stride, int64_t num_gather,
+                                     const scalar_t* __restrict__ grad_out,       // [E]
+                                     int64_t num_edges,
+                                     key_t* __restrict__ sorted_gather,           // [E]
+                                     at::opmath_type<scalar_t>* __restrict__ sorted_grad) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < num_edges;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t e = static_cast<int64_t>(edge_ids[i]);
+    const int64_t g = static_cast<int64_t>(gather_index[e * gather_stride]);
+    sorted_gather[i] = static_cast<key_t>((g >= 0 && g < num_gather) ? g : -1);  // -1: skip
+    sorted_grad[i] = static_cast<at::opmath_type<scalar_t>>(grad_out[e]);
+  }
+}
+
 // One group per output row: sums grad[e] * x_gather[gather[e]] over the row's sorted edges,
-// kEdgesPerGroup rows in flight, and writes the row once in the output dtype.
-template <typename scalar_t, typename index_t, typename key_t, int VEC>
+// kGradEdgesInFlight row loads in flight, and writes the row once in the output dtype.
+constexpr int kGradEdgesInFlight = 8;
+
+template <typename scalar_t, typename key_t, int VEC>
 __global__ void __launch_bounds__(kThreads) edge_dot_grad_rows_kernel(
-    const scalar_t* __restrict__ grad_out,                                  // [E]
-    const scalar_t* __restrict__ x_gather, int64_t row_stride, int64_t num_gather,  // [N_g, D]
-    const index_t* __restrict__ gather_index, int64_t gather_stride,        // [E]
-    const key_t* __restrict__ edge_ids,                                     // [E] sorted by row
+    const at::opmath_type<scalar_t>* __restrict__ sorted_grad,              // [E]
+    const key_t* __restrict__ sorted_gather,                                // [E]
+    const scalar_t* __restrict__ x_gather, int64_t row_stride,              // [N_gather, D]
     const key_t* __restrict__ rowptr,                                       // [num_rows + 1]
     scalar_t* __restrict__ out,                                             // [num_rows, D]
     int64_t num_rows, int64_t feat_dim, int group_size) {
@@ -288,30 +294,29 @@ __global__ void __launch_bounds__(kThreads) edge_dot_grad_rows_kernel(
       acc_t acc[VEC];
 #pragma unroll
       for (int i = 0; i < VEC; ++i) acc[i] = acc_t(0);
-      for (int64_t pos = begin; pos < end; pos += kEdgesPerGroup) {
-        acc_t weight[kEdgesPerGroup];
-        const scalar_t* rows[kEdgesPerGroup];
+      for (int64_t pos = begin; pos < end; pos += kGradEdgesInFlight) {
+        acc_t weight[kGradEdgesInFlight];
+        const scalar_t* rows[kGradEdgesInFlight];
 #pragma unroll
-        for (int j = 0; j < kEdgesPerGroup; ++j) {
+        for (int j = 0; j < kGradEdgesInFlight; ++j) {
           weight[j] = acc_t(0);
           rows[j] = nullptr;
           if (pos + j < end) {
-            const int64_t e = static_cast<int64_t>(edge_ids[pos + j]);
-            const int64_t g = static_cast<int64_t>(gather_index[e * gather_stride]);
-            if (g >= 0 && g < num_gather) {
-              weight[j] = static_cast<acc_t>(grad_out[e]);
+            const int64_t g = static_cast<int64_t>(sorted_gather[pos + j]);
+            if (g >= 0) {
+              weight[j] = sorted_grad[pos + j];
               rows[j] = x_gather + g * row_stride;
             }
           }
         }
-        scalar_t vals[kEdgesPerGroup][VEC];
+        scalar_t vals[kGradEdgesInFlight][VEC];
 #pragma unroll
-        for (int j = 0; j < kEdgesPerGroup; ++j) {
+        for (int j = 0; j < kGradEdgesInFlight; ++j) {
           if (rows[j] != nullptr) load_vec<VEC>(rows[j] + k, vals[j]);
         }
         // Edges are added in sorted order, one at a time: the same sum on every run.
 #pragma unroll
-        for (int j = 0; j < kEdgesPerGroup; ++j) {
+        for (int j = 0; j < kGradEdgesInFlight; ++j) {
           if (rows[j] != nullptr) {
 #pragma unroll
             for (int i = 0; i < VEC; ++i) acc[i] += weight[j] * static_cast<acc_t>(vals[j][i]);
@@ -364,6 +369,18 @@ void grad_one_side(const at::Tensor& grad_out, const at::Tensor& x_gather,
       key_buf.Current(), num_edges, num_rows, rowptr.mutable_data_ptr<key_t>());
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 
+  // The gather index and gradient in sorted order; the gather index reuses the keys'
+  // spare buffer, which the sort no longer needs.
+  key_t* sorted_gather = key_buf.Alternate();
+  at::Tensor sorted_grad = at::empty({num_edges}, grad_out.options().dtype(
+                                                      at::toOpMathType(grad_out.scalar_type())));
+  using acc_t = at::opmath_type<scalar_t>;
+  permute_edges_kernel<scalar_t, index_t, key_t><<<elementwise_grid, kThreads, 0, stream>>>(
+      id_buf.Current(), gather_index.const_data_ptr<index_t>(), gather_index.stride(0),
+      x_gather.size(0), grad_out.const_data_ptr<scalar_t>(), num_edges, sorted_gather,
+      sorted_grad.mutable_data_ptr<acc_t>());
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+
   constexpr int kVec = 16 / sizeof(scalar_t);
   const bool vectorized = rows_vectorizable(x_gather, kVec) && aligned16(out.const_data_ptr());
   const int vec = vectorized ? kVec : 1;
@@ -372,10 +389,9 @@ void grad_one_side(const at::Tensor& grad_out, const at::Tensor& x_gather,
   const int64_t grid = grid_for((num_rows + rows_per_warp - 1) / rows_per_warp);
   auto launch = [&](auto vec_tag) {
     constexpr int V = decltype(vec_tag)::value;
-    edge_dot_grad_rows_kernel<scalar_t, index_t, key_t, V><<<grid, kThreads, 0, stream>>>(
-        grad_out.const_data_ptr<scalar_t>(), x_gather.const_data_ptr<scalar_t>(),
-        x_gather.stride(0), x_gather.size(0), gather_index.const_data_ptr<index_t>(),
-        gather_index.stride(0), id_buf.Current(), rowptr.const_data_ptr<key_t>(),
+    edge_dot_grad_rows_kernel<scalar_t, key_t, V><<<grid, kThreads, 0, stream>>>(
+        sorted_grad.const_data_ptr<acc_t>(), sorted_gather, x_gather.const_data_ptr<scalar_t>(),
+        x_gather.stride(0), rowptr.const_data_ptr<key_t>(),
         out.mutable_data_ptr<scalar_t>(), num_rows, feat_dim, group);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   };
@@ -399,8 +415,10 @@ at::Tensor edge_dot_grad_cuda(const at::Tensor& grad_out_in, const at::Tensor& x
     return at::zeros({num_rows, x_gather.size(1)}, x_gather.options());
   }
   at::Tensor out = at::empty({num_rows, x_gather.size(1)}, x_gather.options());
-  const bool small_keys = num_rows < std::numeric_limits<int32_t>::max() &&
-                          num_edges <= std::numeric_limits<int32_t>::max();
+  // 32-bit keys, edge ids and gather indices where every value fits.
+  const int64_t int32_max = std::numeric_limits<int32_t>::max();
+  const bool small_keys = num_rows < int32_max && num_edges <= int32_max &&
+                          x_gather.size(0) <= int32_max;
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x_gather.scalar_type(), "edge_dot_grad_cuda", [&] {
     AT_DISPATCH_INDEX_TYPES(scatter_index.scalar_type(), "edge_dot_grad_cuda", [&] {
       if (small_keys) {

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# What every GPU figure in README.md and the issue notes comes from. Run on the H200 through the
+# device tool, from the repo root:  bash scripts/h200_run.sh STEP...   (results under $OUT)
+# Steps: tests, sanitizer, smoke, profile, bench, examples, resources.
+set -uo pipefail
+OUT=${OUT:-/tmp/pyg_edgedot_out}
+mkdir -p "$OUT"
+export TORCH_EXTENSIONS_DIR=/tmp/pyg_edgedot_ext PYTHONUNBUFFERED=1
+python3 -m pip install -q -e . --no-deps --no-build-isolation 2>&1 | grep -v -i warn | tail -2
+(time python3 -m pyg_edgedot --build) 2>&1 | tee "$OUT/build.log"
+so=$(ls "$TORCH_EXTENSIONS_DIR"/pyg_edgedot_cuda/*.so 2>/dev/null | head -1)
+
+for step in "$@"; do
+  echo "=== $step"
+  case "$step" in
+    tests)
+      python3 -m pytest -q -rs tests 2>&1 | tee "$OUT/pytest.log" | tail -15 ;;
+    sanitizer)
+      # A plain torch program first, to tell a sanitizer/environment problem from ours.
+      compute-sanitizer --tool memcheck python3 -c \
+        "import torch; print((torch.ones(4, device='cuda') + 1).sum().item())" 2>&1 | tail -3
+      python3 scripts/oob_probe.py 2>&1 | tail -3
+      compute-sanitizer --tool memcheck --print-limit 20 python3 scripts/oob_probe.py \
+        > "$OUT/sanitizer.log" 2>&1
+      tail -6 "$OUT/sanitizer.log" ;;
+    smoke)
+      python3 scripts/h200_smoke.py "$OUT/smoke.json" 2>&1 | tee "$OUT/smoke.log" | tail -6 ;;
+    profile)
+      python3 scripts/profile_kernels.py > "$OUT/profile.log" 2>&1
+      grep -E "^==|edge_dot|Radix|rowptr|permute|make_sort|Self CUDA time total" "$OUT/profile.log" ;;
+    resources)
+      cuobjdump --dump-resource-usage "$so" 2>&1 | grep -E "Function|REG" | \
+        sed -E 's/_ZN[0-9A-Za-z_]*(edge_dot[a-z_]*kernel|permute[a-z_]*|rowptr[a-z_]*|make_sort[a-z_]*)/\1/' \
+        | head -60 > "$OUT/resources.log"; head -40 "$OUT/resources.log" ;;
+    bench)
+      python3 benchmarks/bench_edge_dot.py --out "$OUT/bench.json" --plot "$OUT/bench.png" \
+        2>&1 | tee "$OUT/bench.log" | tail -60 ;;
+    *) echo "unknown step $step" ;;
+  esac
+done
