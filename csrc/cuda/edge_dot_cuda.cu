@@ -1,15 +1,16 @@
 // CUDA kernels of pyg_edgedot: a fused forward and a fused, deterministic backward.
 //
-// Forward: a group of G lanes (a power of two <= 32) scores kEdgesPerGroup consecutive edges
-// at once; each lane reads 16-byte vectors of both rows (scalars when rows are not aligned),
-// accumulates in opmath, and the group reduces with shuffles. Traffic: 2 * E * D elements
-// gathered, E indices of each side, E scores written. No [E, D] intermediate.
+// Forward: a group of G lanes (a power of two <= 32) scores EPG edges at once; each lane
+// reads 16-byte vectors of both rows (scalars when rows are not aligned), accumulates in
+// opmath, and the group reduces with shuffles. Traffic: 2 * E * D elements gathered, E
+// indices of each side, E scores written. No [E, D] intermediate.
 //
 // Backward (one side, out[scatter[e]] += grad[e] * x_gather[gather[e]]): the edges are
-// radix-sorted by scatter index (CUB, only the bits that the row count needs), a CSR row
-// pointer is built from the sorted keys, and one group per output row sums its edges in
-// sorted order and writes the row once, in the output dtype. No atomics, so the result is
-// bitwise deterministic; traffic: E * D gathered elements + N * D written + the sort.
+// radix-sorted by scatter index (CUB, only the bits that the row count needs) carrying their
+// gather index and upstream gradient along, a CSR row pointer is built from the sorted keys,
+// and one group per output row sums its edges in sorted order and writes the row once, in
+// the output dtype. No atomics, so the result is bitwise deterministic; traffic: E * D
+// gathered elements + N * D written + the sort of (key, gather index, gradient).
 #include <ATen/ATen.h>
 #include <ATen/OpMathType.h>
 #include <c10/cuda/CUDAException.h>
@@ -20,6 +21,7 @@
 #include <cub/cub.cuh>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstdint>
 #include <limits>
 
@@ -29,7 +31,6 @@ namespace pyg_edgedot {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kEdgesPerGroup = 4;  // edges whose row loads are in flight together
 constexpr int kWarp = 32;
 
 template <typename T, int N>
@@ -89,9 +90,13 @@ inline bool rows_vectorizable(const at::Tensor& x, int vec) {
 // Forward
 // ---------------------------------------------------------------------------------------
 
-// Loops are warp-uniform (every lane of a warp runs the same iterations), so the shuffles
-// are safe; each group handles kEdgesPerGroup consecutive edges per iteration.
-template <typename scalar_t, typename index_t, int VEC>
+// A warp takes 32 consecutive edges at a time: lane l loads the two indices of edge l (one
+// coalesced load per side, issued one chunk ahead so index latency hides behind the row
+// loads). A group of G lanes then scores G of those edges, EPG at a time: the indices come
+// by shuffle, each lane loads 16-byte pieces of the 2 * EPG rows, and the group reduces.
+// Lane l keeps the score of edge l, so the chunk's 32 scores are stored in one coalesced
+// write. Every loop is warp-uniform, so the full-mask shuffles are safe.
+template <typename scalar_t, typename index_t, int VEC, int EPG>
 __global__ void __launch_bounds__(kThreads) edge_dot_fwd_kernel(
     const scalar_t* __restrict__ x_src, int64_t src_row_stride, int64_t num_src,  // [N_src, D]
     const scalar_t* __restrict__ x_dst, int64_t dst_row_stride, int64_t num_dst,  // [N_dst, D]
@@ -101,74 +106,88 @@ __global__ void __launch_bounds__(kThreads) edge_dot_fwd_kernel(
     unsigned long long* __restrict__ first_bad,  // [1]: smallest bad edge, or all ones
     int64_t num_edges, int64_t feat_dim, int group_size) {
   using acc_t = at::opmath_type<scalar_t>;
-  const int64_t thread = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  const int64_t warp = thread / kWarp;
-  const int64_t num_warps = static_cast<int64_t>(gridDim.x) * blockDim.x / kWarp;
+  const int64_t warp = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
+  const int64_t warp_stride = static_cast<int64_t>(gridDim.x) * blockDim.x / kWarp * kWarp;
   const int lane_in_warp = threadIdx.x % kWarp;
   const int lane = lane_in_warp % group_size;
-  const int group_in_warp = lane_in_warp / group_size;
-  const int64_t edges_per_warp = static_cast<int64_t>(kWarp / group_size) * kEdgesPerGroup;
+  const int group_first_edge = lane_in_warp - lane;  // edges [first, first + G) of the chunk
+  const int batch = EPG < group_size ? EPG : group_size;
 
-  for (int64_t warp_base = warp * edges_per_warp; warp_base < num_edges;
-       warp_base += num_warps * edges_per_warp) {
-    const int64_t base = warp_base + static_cast<int64_t>(group_in_warp) * kEdgesPerGroup;
-    const scalar_t* src_row[kEdgesPerGroup];
-    const scalar_t* dst_row[kEdgesPerGroup];
-    bool valid[kEdgesPerGroup];
-    acc_t acc[kEdgesPerGroup];
-#pragma unroll
-    for (int j = 0; j < kEdgesPerGroup; ++j) {
-      const int64_t e = base + j;
-      int64_t s = -1, d = -1;
-      if (e < num_edges) {
-        s = static_cast<int64_t>(src_index[e * src_index_stride]);
-        d = static_cast<int64_t>(dst_index[e * dst_index_stride]);
-      }
-      valid[j] = s >= 0 && s < num_src && d >= 0 && d < num_dst;
-      src_row[j] = x_src + (valid[j] ? s : 0) * src_row_stride;
-      dst_row[j] = x_dst + (valid[j] ? d : 0) * dst_row_stride;
-      acc[j] = acc_t(0);
+  auto load_index = [&](int64_t e, int64_t& s, int64_t& d) {
+    s = d = -1;
+    if (e < num_edges) {
+      s = static_cast<int64_t>(src_index[e * src_index_stride]);
+      d = static_cast<int64_t>(dst_index[e * dst_index_stride]);
     }
-    for (int64_t k = static_cast<int64_t>(lane) * VEC; k < feat_dim;
-         k += static_cast<int64_t>(group_size) * VEC) {
-      scalar_t a[kEdgesPerGroup][VEC], b[kEdgesPerGroup][VEC];
+  };
+  int64_t next_s, next_d;
+  load_index(warp * kWarp + lane_in_warp, next_s, next_d);
+
+  for (int64_t chunk = warp * kWarp; chunk < num_edges; chunk += warp_stride) {
+    const int64_t my_s = next_s, my_d = next_d;
+    load_index(chunk + warp_stride + lane_in_warp, next_s, next_d);  // prefetch
+    const int64_t my_edge = chunk + lane_in_warp;
+    const bool my_valid = my_s >= 0 && my_s < num_src && my_d >= 0 && my_d < num_dst;
+    if (!my_valid && my_edge < num_edges) {
+      atomicMin(first_bad, static_cast<unsigned long long>(my_edge));
+    }
+    acc_t my_score = std::numeric_limits<acc_t>::quiet_NaN();
+
+    for (int t0 = 0; t0 < group_size; t0 += batch) {
+      const scalar_t* src_row[EPG];
+      const scalar_t* dst_row[EPG];
+      bool valid[EPG];
+      acc_t acc[EPG];
 #pragma unroll
-      for (int j = 0; j < kEdgesPerGroup; ++j) {
-        if (valid[j]) {
-          load_vec<VEC>(src_row[j] + k, a[j]);
-          load_vec<VEC>(dst_row[j] + k, b[j]);
-        }
+      for (int j = 0; j < EPG; ++j) {
+        const int source_lane = group_first_edge + t0 + (j < batch ? j : 0);
+        const int64_t s = __shfl_sync(0xffffffffu, my_s, source_lane);
+        const int64_t d = __shfl_sync(0xffffffffu, my_d, source_lane);
+        valid[j] = j < batch && s >= 0 && s < num_src && d >= 0 && d < num_dst;
+        src_row[j] = x_src + (valid[j] ? s : 0) * src_row_stride;
+        dst_row[j] = x_dst + (valid[j] ? d : 0) * dst_row_stride;
+        acc[j] = acc_t(0);
       }
+      for (int64_t k = static_cast<int64_t>(lane) * VEC; k < feat_dim;
+           k += static_cast<int64_t>(group_size) * VEC) {
+        scalar_t a[EPG][VEC], b[EPG][VEC];
 #pragma unroll
-      for (int j = 0; j < kEdgesPerGroup; ++j) {
-        if (valid[j]) {
+        for (int j = 0; j < EPG; ++j) {
+          if (valid[j]) {
+            load_vec<VEC>(src_row[j] + k, a[j]);
+            load_vec<VEC>(dst_row[j] + k, b[j]);
+          }
+        }
 #pragma unroll
-          for (int i = 0; i < VEC; ++i) {
-            acc[j] += static_cast<acc_t>(a[j][i]) * static_cast<acc_t>(b[j][i]);
+        for (int j = 0; j < EPG; ++j) {
+          if (valid[j]) {
+#pragma unroll
+            for (int i = 0; i < VEC; ++i) {
+              acc[j] += static_cast<acc_t>(a[j][i]) * static_cast<acc_t>(b[j][i]);
+            }
           }
         }
       }
-    }
 #pragma unroll
-    for (int j = 0; j < kEdgesPerGroup; ++j) {
-      for (int offset = group_size / 2; offset > 0; offset /= 2) {
-        acc[j] += __shfl_xor_sync(0xffffffffu, acc[j], offset);
-      }
-    }
-    if (lane == 0) {
-#pragma unroll
-      for (int j = 0; j < kEdgesPerGroup; ++j) {
-        const int64_t e = base + j;
-        if (e >= num_edges) break;
-        if (valid[j]) {
-          out[e] = static_cast<scalar_t>(acc[j]);
-        } else {
-          out[e] = static_cast<scalar_t>(std::numeric_limits<acc_t>::quiet_NaN());
-          atomicMin(first_bad, static_cast<unsigned long long>(e));
+      for (int j = 0; j < EPG; ++j) {
+        for (int offset = group_size / 2; offset > 0; offset /= 2) {
+          acc[j] += __shfl_xor_sync(0xffffffffu, acc[j], offset);
         }
+        if (j < batch && lane == t0 + j && valid[j]) my_score = acc[j];
       }
     }
+    if (my_edge < num_edges) out[my_edge] = static_cast<scalar_t>(my_score);
   }
+}
+
+// Edges whose row loads are in flight together per group (PYG_EDGEDOT_FWD_EPG=4|8 to tune).
+inline int forward_edges_in_flight(int elem_size) {
+  static const int from_env = [] {
+    const char* env = std::getenv("PYG_EDGEDOT_FWD_EPG");
+    return env == nullptr ? 0 : std::atoi(env);
+  }();
+  if (from_env == 4 || from_env == 8) return from_env;
+  return elem_size <= 2 ? 8 : 4;
 }
 
 template <typename scalar_t, typename index_t, int VEC>
@@ -177,16 +196,23 @@ void launch_forward(const at::Tensor& x_src, const at::Tensor& x_dst,
                     unsigned long long* first_bad) {
   const int64_t num_edges = out.size(0), feat_dim = x_src.size(1);
   const int group = group_size_for(feat_dim, VEC);
-  const int64_t edges_per_warp = static_cast<int64_t>(kWarp / group) * kEdgesPerGroup;
-  const int64_t grid = grid_for((num_edges + edges_per_warp - 1) / edges_per_warp);
-  edge_dot_fwd_kernel<scalar_t, index_t, VEC>
-      <<<grid, kThreads, 0, c10::cuda::getCurrentCUDAStream()>>>(
-          x_src.const_data_ptr<scalar_t>(), x_src.stride(0), x_src.size(0),
-          x_dst.const_data_ptr<scalar_t>(), x_dst.stride(0), x_dst.size(0),
-          src_index.const_data_ptr<index_t>(), src_index.stride(0),
-          dst_index.const_data_ptr<index_t>(), dst_index.stride(0),
-          out.mutable_data_ptr<scalar_t>(), first_bad, num_edges, feat_dim, group);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  const int64_t grid = grid_for((num_edges + kWarp - 1) / kWarp);
+  auto launch = [&](auto epg_tag) {
+    constexpr int EPG = decltype(epg_tag)::value;
+    edge_dot_fwd_kernel<scalar_t, index_t, VEC, EPG>
+        <<<grid, kThreads, 0, c10::cuda::getCurrentCUDAStream()>>>(
+            x_src.const_data_ptr<scalar_t>(), x_src.stride(0), x_src.size(0),
+            x_dst.const_data_ptr<scalar_t>(), x_dst.stride(0), x_dst.size(0),
+            src_index.const_data_ptr<index_t>(), src_index.stride(0),
+            dst_index.const_data_ptr<index_t>(), dst_index.stride(0),
+            out.mutable_data_ptr<scalar_t>(), first_bad, num_edges, feat_dim, group);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  };
+  if (forward_edges_in_flight(sizeof(scalar_t)) == 8) {
+    launch(std::integral_constant<int, 8>{});
+  } else {
+    launch(std::integral_constant<int, 4>{});
+  }
 }
 
 std::tuple<at::Tensor, at::Tensor> edge_dot_cuda(const at::Tensor& x_src_in,
@@ -222,17 +248,29 @@ std::tuple<at::Tensor, at::Tensor> edge_dot_cuda(const at::Tensor& x_src_in,
 // Backward (one side)
 // ---------------------------------------------------------------------------------------
 
+// What travels with each edge through the sort: its gather row (-1 if out of range) and its
+// upstream gradient, so the row kernel reads both in sorted order, coalesced.
+template <typename acc_t, typename key_t>
+struct EdgePayload {
+  acc_t grad;
+  key_t gather;
+};
+
 // keys[e] = scatter_index[e], or num_rows for an index out of range (sorted last, ignored).
-template <typename index_t, typename key_t>
-__global__ void make_sort_keys_kernel(const index_t* __restrict__ scatter_index,  // [E]
-                                      int64_t scatter_stride, int64_t num_rows,
-                                      int64_t num_edges, key_t* __restrict__ keys,  // [E]
-                                      key_t* __restrict__ edge_ids) {               // [E]
+template <typename scalar_t, typename index_t, typename key_t>
+__global__ void make_sort_input_kernel(
+    const index_t* __restrict__ scatter_index, int64_t scatter_stride, int64_t num_rows,  // [E]
+    const index_t* __restrict__ gather_index, int64_t gather_stride, int64_t num_gather,  // [E]
+    const scalar_t* __restrict__ grad_out,                                                // [E]
+    int64_t num_edges, key_t* __restrict__ keys,                                          // [E]
+    EdgePayload<at::opmath_type<scalar_t>, key_t>* __restrict__ payload) {                // [E]
   for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < num_edges;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t row = static_cast<int64_t>(scatter_index[e * scatter_stride]);
+    const int64_t g = static_cast<int64_t>(gather_index[e * gather_stride]);
     keys[e] = static_cast<key_t>((row >= 0 && row < num_rows) ? row : num_rows);
-    edge_ids[e] = static_cast<key_t>(e);
+    payload[e].grad = static_cast<at::opmath_type<scalar_t>>(grad_out[e]);
+    payload[e].gather = static_cast<key_t>((g >= 0 && g < num_gather) ? g : -1);
   }
 }
 
@@ -249,81 +287,73 @@ __global__ void rowptr_from_sorted_kernel(const key_t* __restrict__ sorted_keys,
   }
 }
 
-// After the sort: the gather index and the upstream gradient of each edge, in sorted order,
-// so the row kernel reads them coalesced instead of chasing edge ids (one pass, E elements).
-template <typename scalar_t, typename index_t, typename key_t>
-__global__ void permute_edges_kernel(const key_t* __restrict__ edge_ids,          // [E] sorted
-                                     const index_t* __restrict__ gather_index,    // [E]
-                                     int64_t gather_stride, int64_t num_gather,
-                                     const scalar_t* __restrict__ grad_out,       // [E]
-                                     int64_t num_edges,
-                                     key_t* __restrict__ sorted_gather,           // [E]
-                                     at::opmath_type<scalar_t>* __restrict__ sorted_grad) {
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < num_edges;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t e = static_cast<int64_t>(edge_ids[i]);
-    const int64_t g = static_cast<int64_t>(gather_index[e * gather_stride]);
-    sorted_gather[i] = static_cast<key_t>((g >= 0 && g < num_gather) ? g : -1);  // -1: skip
-    sorted_grad[i] = static_cast<at::opmath_type<scalar_t>>(grad_out[e]);
-  }
-}
-
-// One group per output row: sums grad[e] * x_gather[gather[e]] over the row's sorted edges,
-// kGradEdgesInFlight row loads in flight, and writes the row once in the output dtype.
+// One group of G lanes per output row: lane l loads the payload of the row's edge l (one
+// coalesced load per G edges), the group takes the edges EPG at a time (payload by shuffle
+// within the group, 16-byte pieces of EPG gathered rows in flight per lane), and the row is
+// written once in the output dtype. Groups of one warp may own rows of different lengths,
+// so shuffles name only the group's lanes.
 constexpr int kGradEdgesInFlight = 8;
 
 template <typename scalar_t, typename key_t, int VEC>
 __global__ void __launch_bounds__(kThreads) edge_dot_grad_rows_kernel(
-    const at::opmath_type<scalar_t>* __restrict__ sorted_grad,              // [E]
-    const key_t* __restrict__ sorted_gather,                                // [E]
-    const scalar_t* __restrict__ x_gather, int64_t row_stride,              // [N_gather, D]
-    const key_t* __restrict__ rowptr,                                       // [num_rows + 1]
-    scalar_t* __restrict__ out,                                             // [num_rows, D]
+    const EdgePayload<at::opmath_type<scalar_t>, key_t>* __restrict__ payload,  // [E] sorted
+    const scalar_t* __restrict__ x_gather, int64_t row_stride,                  // [N_gather, D]
+    const key_t* __restrict__ rowptr,                                           // [num_rows + 1]
+    scalar_t* __restrict__ out,                                                 // [num_rows, D]
     int64_t num_rows, int64_t feat_dim, int group_size) {
   using acc_t = at::opmath_type<scalar_t>;
+  constexpr int EPG = kGradEdgesInFlight;
   const int64_t thread = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t group = thread / group_size;
   const int64_t num_groups = static_cast<int64_t>(gridDim.x) * blockDim.x / group_size;
   const int lane = threadIdx.x % group_size;
+  const int group_base_lane = (threadIdx.x % kWarp) - lane;
+  const unsigned group_mask =
+      (group_size == kWarp ? 0xffffffffu : ((1u << group_size) - 1u)) << group_base_lane;
 
   for (int64_t row = group; row < num_rows; row += num_groups) {
     const int64_t begin = static_cast<int64_t>(rowptr[row]);
     const int64_t end = static_cast<int64_t>(rowptr[row + 1]);
-    for (int64_t k = static_cast<int64_t>(lane) * VEC; k < feat_dim;
-         k += static_cast<int64_t>(group_size) * VEC) {
+    for (int64_t k0 = 0; k0 < feat_dim; k0 += static_cast<int64_t>(group_size) * VEC) {
+      const int64_t k = k0 + static_cast<int64_t>(lane) * VEC;
       acc_t acc[VEC];
 #pragma unroll
       for (int i = 0; i < VEC; ++i) acc[i] = acc_t(0);
-      for (int64_t pos = begin; pos < end; pos += kGradEdgesInFlight) {
-        acc_t weight[kGradEdgesInFlight];
-        const scalar_t* rows[kGradEdgesInFlight];
+      for (int64_t pos = begin; pos < end; pos += group_size) {
+        acc_t my_grad = acc_t(0);
+        int64_t my_gather = -1;
+        if (pos + lane < end) {
+          my_grad = payload[pos + lane].grad;
+          my_gather = static_cast<int64_t>(payload[pos + lane].gather);
+        }
+        const int count = static_cast<int>(end - pos < group_size ? end - pos : group_size);
+        for (int t0 = 0; t0 < count; t0 += EPG) {
+          acc_t weight[EPG];
+          const scalar_t* rows[EPG];
 #pragma unroll
-        for (int j = 0; j < kGradEdgesInFlight; ++j) {
-          weight[j] = acc_t(0);
-          rows[j] = nullptr;
-          if (pos + j < end) {
-            const int64_t g = static_cast<int64_t>(sorted_gather[pos + j]);
-            if (g >= 0) {
-              weight[j] = sorted_grad[pos + j];
-              rows[j] = x_gather + g * row_stride;
+          for (int j = 0; j < EPG; ++j) {
+            const int source = group_base_lane + (t0 + j < count ? t0 + j : 0);
+            weight[j] = __shfl_sync(group_mask, my_grad, source);
+            const int64_t g = __shfl_sync(group_mask, my_gather, source);
+            rows[j] = (t0 + j < count && g >= 0 && k < feat_dim) ? x_gather + g * row_stride
+                                                                 : nullptr;
+          }
+          scalar_t vals[EPG][VEC];
+#pragma unroll
+          for (int j = 0; j < EPG; ++j) {
+            if (rows[j] != nullptr) load_vec<VEC>(rows[j] + k, vals[j]);
+          }
+          // Edges are added in sorted order, one at a time: the same sum on every run.
+#pragma unroll
+          for (int j = 0; j < EPG; ++j) {
+            if (rows[j] != nullptr) {
+#pragma unroll
+              for (int i = 0; i < VEC; ++i) acc[i] += weight[j] * static_cast<acc_t>(vals[j][i]);
             }
           }
         }
-        scalar_t vals[kGradEdgesInFlight][VEC];
-#pragma unroll
-        for (int j = 0; j < kGradEdgesInFlight; ++j) {
-          if (rows[j] != nullptr) load_vec<VEC>(rows[j] + k, vals[j]);
-        }
-        // Edges are added in sorted order, one at a time: the same sum on every run.
-#pragma unroll
-        for (int j = 0; j < kGradEdgesInFlight; ++j) {
-          if (rows[j] != nullptr) {
-#pragma unroll
-            for (int i = 0; i < VEC; ++i) acc[i] += weight[j] * static_cast<acc_t>(vals[j][i]);
-          }
-        }
       }
-      store_vec<VEC>(out + row * feat_dim + k, acc);
+      if (k < feat_dim) store_vec<VEC>(out + row * feat_dim + k, acc);
     }
   }
 }
@@ -338,61 +368,51 @@ template <typename scalar_t, typename index_t, typename key_t>
 void grad_one_side(const at::Tensor& grad_out, const at::Tensor& x_gather,
                    const at::Tensor& scatter_index, const at::Tensor& gather_index,
                    at::Tensor& out) {
+  using acc_t = at::opmath_type<scalar_t>;
+  using Payload = EdgePayload<acc_t, key_t>;
   const int64_t num_edges = grad_out.size(0), num_rows = out.size(0);
   const int64_t feat_dim = x_gather.size(1);
   const auto stream = c10::cuda::getCurrentCUDAStream();
-  const auto key_dtype = sizeof(key_t) == 4 ? at::kInt : at::kLong;
-  const auto key_opts = grad_out.options().dtype(key_dtype);
+  const auto key_opts = grad_out.options().dtype(sizeof(key_t) == 4 ? at::kInt : at::kLong);
 
-  // Sort edge ids by scatter row; CUB's double buffers avoid a second pair of copies.
+  // Sort (key, payload) by key; CUB's double buffers avoid a second pair of copies.
   at::Tensor keys = at::empty({2, num_edges}, key_opts);
-  at::Tensor ids = at::empty({2, num_edges}, key_opts);
+  at::Tensor payload = at::empty({2 * num_edges * static_cast<int64_t>(sizeof(Payload))},
+                                 grad_out.options().dtype(at::kByte));
   key_t* keys_ptr = keys.mutable_data_ptr<key_t>();
-  key_t* ids_ptr = ids.mutable_data_ptr<key_t>();
-  const int64_t elementwise_grid = grid_for((num_edges + kWarp - 1) / kWarp);
-  make_sort_keys_kernel<index_t, key_t><<<elementwise_grid, kThreads, 0, stream>>>(
-      scatter_index.const_data_ptr<index_t>(), scatter_index.stride(0), num_rows, num_edges,
-      keys_ptr, ids_ptr);
+  auto* payload_ptr = reinterpret_cast<Payload*>(payload.mutable_data_ptr());
+  make_sort_input_kernel<scalar_t, index_t, key_t>
+      <<<grid_for((num_edges + kWarp - 1) / kWarp), kThreads, 0, stream>>>(
+          scatter_index.const_data_ptr<index_t>(), scatter_index.stride(0), num_rows,
+          gather_index.const_data_ptr<index_t>(), gather_index.stride(0), x_gather.size(0),
+          grad_out.const_data_ptr<scalar_t>(), num_edges, keys_ptr, payload_ptr);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   cub::DoubleBuffer<key_t> key_buf(keys_ptr, keys_ptr + num_edges);
-  cub::DoubleBuffer<key_t> id_buf(ids_ptr, ids_ptr + num_edges);
+  cub::DoubleBuffer<Payload> payload_buf(payload_ptr, payload_ptr + num_edges);
   const int end_bit = sort_end_bit(num_rows);
   size_t temp_bytes = 0;
-  C10_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, key_buf, id_buf,
+  C10_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, key_buf, payload_buf,
                                                  num_edges, 0, end_bit, stream));
   at::Tensor temp = at::empty({static_cast<int64_t>(temp_bytes)}, grad_out.options().dtype(at::kByte));
   C10_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp.mutable_data_ptr(), temp_bytes, key_buf,
-                                                 id_buf, num_edges, 0, end_bit, stream));
+                                                 payload_buf, num_edges, 0, end_bit, stream));
 
   at::Tensor rowptr = at::empty({num_rows + 1}, key_opts);
   rowptr_from_sorted_kernel<key_t><<<grid_for((num_edges + kWarp) / kWarp), kThreads, 0, stream>>>(
       key_buf.Current(), num_edges, num_rows, rowptr.mutable_data_ptr<key_t>());
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 
-  // The gather index and gradient in sorted order; the gather index reuses the keys'
-  // spare buffer, which the sort no longer needs.
-  key_t* sorted_gather = key_buf.Alternate();
-  at::Tensor sorted_grad = at::empty({num_edges}, grad_out.options().dtype(
-                                                      at::toOpMathType(grad_out.scalar_type())));
-  using acc_t = at::opmath_type<scalar_t>;
-  permute_edges_kernel<scalar_t, index_t, key_t><<<elementwise_grid, kThreads, 0, stream>>>(
-      id_buf.Current(), gather_index.const_data_ptr<index_t>(), gather_index.stride(0),
-      x_gather.size(0), grad_out.const_data_ptr<scalar_t>(), num_edges, sorted_gather,
-      sorted_grad.mutable_data_ptr<acc_t>());
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
-
   constexpr int kVec = 16 / sizeof(scalar_t);
   const bool vectorized = rows_vectorizable(x_gather, kVec) && aligned16(out.const_data_ptr());
-  const int vec = vectorized ? kVec : 1;
-  const int group = group_size_for(feat_dim, vec);
+  const int group = group_size_for(feat_dim, vectorized ? kVec : 1);
   const int64_t rows_per_warp = kWarp / group;
   const int64_t grid = grid_for((num_rows + rows_per_warp - 1) / rows_per_warp);
   auto launch = [&](auto vec_tag) {
     constexpr int V = decltype(vec_tag)::value;
     edge_dot_grad_rows_kernel<scalar_t, key_t, V><<<grid, kThreads, 0, stream>>>(
-        sorted_grad.const_data_ptr<acc_t>(), sorted_gather, x_gather.const_data_ptr<scalar_t>(),
-        x_gather.stride(0), rowptr.const_data_ptr<key_t>(),
-        out.mutable_data_ptr<scalar_t>(), num_rows, feat_dim, group);
+        payload_buf.Current(), x_gather.const_data_ptr<scalar_t>(), x_gather.stride(0),
+        rowptr.const_data_ptr<key_t>(), out.mutable_data_ptr<scalar_t>(), num_rows, feat_dim,
+        group);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   };
   if (vectorized) {
