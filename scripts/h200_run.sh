@@ -26,14 +26,10 @@ for step in "$@"; do
     smoke)
       python3 scripts/h200_smoke.py "$OUT/smoke.json" 2>&1 | tee "$OUT/smoke.log" | tail -6 ;;
     profile)
-      # The forward's edges in flight per group, 4 and 8, side by side (PYG_EDGEDOT_FWD_EPG).
-      for epg in 4 8; do
-        PYG_EDGEDOT_FWD_EPG=$epg python3 scripts/profile_kernels.py > "$OUT/profile_epg$epg.log" 2>&1
-        echo "--- PYG_EDGEDOT_FWD_EPG=$epg"
-        grep -E "^==|edge_dot|Radix|rowptr|make_sort|Self CUDA time total" "$OUT/profile_epg$epg.log" \
-          | sed -E 's/void pyg_edgedot::\(anonymous namespace\):://; s/ +0\.00%//g; s/ +0\.000us//g' \
-          | cut -c1-150
-      done ;;
+      python3 scripts/profile_kernels.py > "$OUT/profile.log" 2>&1
+      grep -E "^==|edge_dot|Radix|rowptr|make_sort|Self CUDA time total" "$OUT/profile.log" \
+        | sed -E 's/void pyg_edgedot::\(anonymous namespace\):://; s/ +0\.00%//g; s/ +0\.000us//g' \
+        | cut -c1-150 ;;
     resources)
       cuobjdump --dump-resource-usage "$so" 2>&1 | grep -E "Function|REG" | \
         sed -E 's/_ZN[0-9A-Za-z_]*(edge_dot[a-z_]*kernel|permute[a-z_]*|rowptr[a-z_]*|make_sort[a-z_]*)/\1/' \

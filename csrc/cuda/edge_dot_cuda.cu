@@ -21,7 +21,6 @@
 #include <cub/cub.cuh>
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstdint>
 #include <limits>
 
@@ -180,15 +179,9 @@ __global__ void __launch_bounds__(kThreads) edge_dot_fwd_kernel(
   }
 }
 
-// Edges whose row loads are in flight together per group (PYG_EDGEDOT_FWD_EPG=4|8 to tune).
-inline int forward_edges_in_flight(int elem_size) {
-  static const int from_env = [] {
-    const char* env = std::getenv("PYG_EDGEDOT_FWD_EPG");
-    return env == nullptr ? 0 : std::atoi(env);
-  }();
-  if (from_env == 4 || from_env == 8) return from_env;
-  return elem_size <= 2 ? 8 : 4;
-}
+// Edges whose row loads are in flight together per group. Measured on the H200 at W3/W4
+// (benchmarks/NOTES.md): 8 was no faster in fp32 and 1.8x slower in bf16 than 4.
+constexpr int kForwardEdgesInFlight = 4;
 
 template <typename scalar_t, typename index_t, int VEC>
 void launch_forward(const at::Tensor& x_src, const at::Tensor& x_dst,
@@ -197,22 +190,14 @@ void launch_forward(const at::Tensor& x_src, const at::Tensor& x_dst,
   const int64_t num_edges = out.size(0), feat_dim = x_src.size(1);
   const int group = group_size_for(feat_dim, VEC);
   const int64_t grid = grid_for((num_edges + kWarp - 1) / kWarp);
-  auto launch = [&](auto epg_tag) {
-    constexpr int EPG = decltype(epg_tag)::value;
-    edge_dot_fwd_kernel<scalar_t, index_t, VEC, EPG>
-        <<<grid, kThreads, 0, c10::cuda::getCurrentCUDAStream()>>>(
-            x_src.const_data_ptr<scalar_t>(), x_src.stride(0), x_src.size(0),
-            x_dst.const_data_ptr<scalar_t>(), x_dst.stride(0), x_dst.size(0),
-            src_index.const_data_ptr<index_t>(), src_index.stride(0),
-            dst_index.const_data_ptr<index_t>(), dst_index.stride(0),
-            out.mutable_data_ptr<scalar_t>(), first_bad, num_edges, feat_dim, group);
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-  };
-  if (forward_edges_in_flight(sizeof(scalar_t)) == 8) {
-    launch(std::integral_constant<int, 8>{});
-  } else {
-    launch(std::integral_constant<int, 4>{});
-  }
+  edge_dot_fwd_kernel<scalar_t, index_t, VEC, kForwardEdgesInFlight>
+      <<<grid, kThreads, 0, c10::cuda::getCurrentCUDAStream()>>>(
+          x_src.const_data_ptr<scalar_t>(), x_src.stride(0), x_src.size(0),
+          x_dst.const_data_ptr<scalar_t>(), x_dst.stride(0), x_dst.size(0),
+          src_index.const_data_ptr<index_t>(), src_index.stride(0),
+          dst_index.const_data_ptr<index_t>(), dst_index.stride(0),
+          out.mutable_data_ptr<scalar_t>(), first_bad, num_edges, feat_dim, group);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
 std::tuple<at::Tensor, at::Tensor> edge_dot_cuda(const at::Tensor& x_src_in,
@@ -287,11 +272,10 @@ __global__ void rowptr_from_sorted_kernel(const key_t* __restrict__ sorted_keys,
   }
 }
 
-// One group of G lanes per output row: lane l loads the payload of the row's edge l (one
-// coalesced load per G edges), the group takes the edges EPG at a time (payload by shuffle
-// within the group, 16-byte pieces of EPG gathered rows in flight per lane), and the row is
-// written once in the output dtype. Groups of one warp may own rows of different lengths,
-// so shuffles name only the group's lanes.
+// One group of G lanes per output row: the group walks the row's sorted edges EPG at a time
+// (every lane reads the same payloads, served as one broadcast), keeps EPG gathered rows in
+// flight per lane in 16-byte pieces, and writes the row once in the output dtype. No
+// shuffles, so groups of one warp may own rows of different lengths.
 constexpr int kGradEdgesInFlight = 8;
 
 template <typename scalar_t, typename key_t, int VEC>
@@ -307,53 +291,45 @@ __global__ void __launch_bounds__(kThreads) edge_dot_grad_rows_kernel(
   const int64_t group = thread / group_size;
   const int64_t num_groups = static_cast<int64_t>(gridDim.x) * blockDim.x / group_size;
   const int lane = threadIdx.x % group_size;
-  const int group_base_lane = (threadIdx.x % kWarp) - lane;
-  const unsigned group_mask =
-      (group_size == kWarp ? 0xffffffffu : ((1u << group_size) - 1u)) << group_base_lane;
 
   for (int64_t row = group; row < num_rows; row += num_groups) {
     const int64_t begin = static_cast<int64_t>(rowptr[row]);
     const int64_t end = static_cast<int64_t>(rowptr[row + 1]);
-    for (int64_t k0 = 0; k0 < feat_dim; k0 += static_cast<int64_t>(group_size) * VEC) {
-      const int64_t k = k0 + static_cast<int64_t>(lane) * VEC;
+    for (int64_t k = static_cast<int64_t>(lane) * VEC; k < feat_dim;
+         k += static_cast<int64_t>(group_size) * VEC) {
       acc_t acc[VEC];
 #pragma unroll
       for (int i = 0; i < VEC; ++i) acc[i] = acc_t(0);
-      for (int64_t pos = begin; pos < end; pos += group_size) {
-        acc_t my_grad = acc_t(0);
-        int64_t my_gather = -1;
-        if (pos + lane < end) {
-          my_grad = payload[pos + lane].grad;
-          my_gather = static_cast<int64_t>(payload[pos + lane].gather);
-        }
-        const int count = static_cast<int>(end - pos < group_size ? end - pos : group_size);
-        for (int t0 = 0; t0 < count; t0 += EPG) {
-          acc_t weight[EPG];
-          const scalar_t* rows[EPG];
+      for (int64_t pos = begin; pos < end; pos += EPG) {
+        acc_t weight[EPG];
+        const scalar_t* rows[EPG];
 #pragma unroll
-          for (int j = 0; j < EPG; ++j) {
-            const int source = group_base_lane + (t0 + j < count ? t0 + j : 0);
-            weight[j] = __shfl_sync(group_mask, my_grad, source);
-            const int64_t g = __shfl_sync(group_mask, my_gather, source);
-            rows[j] = (t0 + j < count && g >= 0 && k < feat_dim) ? x_gather + g * row_stride
-                                                                 : nullptr;
-          }
-          scalar_t vals[EPG][VEC];
-#pragma unroll
-          for (int j = 0; j < EPG; ++j) {
-            if (rows[j] != nullptr) load_vec<VEC>(rows[j] + k, vals[j]);
-          }
-          // Edges are added in sorted order, one at a time: the same sum on every run.
-#pragma unroll
-          for (int j = 0; j < EPG; ++j) {
-            if (rows[j] != nullptr) {
-#pragma unroll
-              for (int i = 0; i < VEC; ++i) acc[i] += weight[j] * static_cast<acc_t>(vals[j][i]);
+        for (int j = 0; j < EPG; ++j) {
+          weight[j] = acc_t(0);
+          rows[j] = nullptr;
+          if (pos + j < end) {
+            const auto edge = payload[pos + j];
+            if (edge.gather >= 0) {
+              weight[j] = edge.grad;
+              rows[j] = x_gather + static_cast<int64_t>(edge.gather) * row_stride;
             }
           }
         }
+        scalar_t vals[EPG][VEC];
+#pragma unroll
+        for (int j = 0; j < EPG; ++j) {
+          if (rows[j] != nullptr) load_vec<VEC>(rows[j] + k, vals[j]);
+        }
+        // Edges are added in sorted order, one at a time: the same sum on every run.
+#pragma unroll
+        for (int j = 0; j < EPG; ++j) {
+          if (rows[j] != nullptr) {
+#pragma unroll
+            for (int i = 0; i < VEC; ++i) acc[i] += weight[j] * static_cast<acc_t>(vals[j][i]);
+          }
+        }
       }
-      if (k < feat_dim) store_vec<VEC>(out + row * feat_dim + k, acc);
+      store_vec<VEC>(out + row * feat_dim + k, acc);
     }
   }
 }
