@@ -37,6 +37,19 @@ for step in "$@"; do
     bench)
       python3 benchmarks/bench_edge_dot.py --out "$OUT/bench.json" --plot "$OUT/bench.png" \
         2>&1 | tee "$OUT/bench.log" | tail -60 ;;
+    examples)
+      # Mean epoch time with ~17M scored edges per epoch (issue 4), both decoders, one seed.
+      for dec in edgedot eager; do
+        python3 examples/link_pred.py --device cuda --num-nodes 1000000 --avg-degree 20 \
+          --neg-sampling uniform --epochs 6 --no-progress --decoder $dec \
+          --json "$OUT/link_pred_gpu_$dec.json" 2>&1 | tail -4
+      done ;;
+    ncu)
+      # Counters for the forward kernel at W4 (bf16), for the next tuning round.
+      ncu --clock-control none -k regex:edge_dot_fwd -c 1 --section SpeedOfLight \
+        --section Occupancy --section LaunchStats --section MemoryWorkloadAnalysis \
+        python3 scripts/profile_kernels.py W4 > "$OUT/ncu_w4_fwd.log" 2>&1
+      grep -E "Throughput|Occupancy|Registers|Duration|L1|L2 Hit|DRAM" "$OUT/ncu_w4_fwd.log" | head -30 ;;
     *) echo "unknown step $step" ;;
   esac
 done

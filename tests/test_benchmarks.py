@@ -1,0 +1,329 @@
+"""benchmarks/bench_edge_dot.py runs end to end on the CPU and writes a well-formed JSON and PNG.
+
+These tests never assert on times: only on the structure of the results, the statuses and the
+correctness checks the script makes. The script runs in a subprocess, as a user would run it;
+its helpers are also imported and exercised directly on the CPU.
+"""
+import importlib.util
+import json
+import math
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "benchmarks" / "bench_edge_dot.py"
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+STATUSES = {"ok", "oom", "error", "n/a"}
+PYG_METHODS = {"pyg_edgedot", "pyg_edgedot_novalidate", "pyg_edgedot_deterministic"}
+
+
+def run_script(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:
+    proc = subprocess.run([sys.executable, str(SCRIPT), *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=timeout)
+    assert proc.returncode == 0, (proc.stdout[-5000:], proc.stderr[-5000:])
+    return proc
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("bench_edge_dot", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["bench_edge_dot"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory):
+    """One --device cpu --quick run, with an injected OOM to exercise that path."""
+    out = tmp_path_factory.mktemp("bench") / "quick.json"
+    proc = run_script("--device", "cpu", "--quick", "--out", str(out),
+                      "--inject-oom", "eager@Q2:fwdbwd")
+    return json.loads(out.read_text()), out, proc
+
+
+def _phases(method):
+    return [(p, method[p]) for p in ("fwd", "fwdbwd") if p in method]
+
+
+def test_quick_run_json_structure(quick_run):
+    doc, _, _ = quick_run
+    for key in ("schema", "created", "finished", "command", "device", "software",
+                "pyg_edgedot", "settings", "copy_bandwidth", "results", "giant",
+                "sampled_addmm_probe", "skipped", "aborted"):
+        assert key in doc, key
+    assert doc["finished"] is True and doc["aborted"] is None and doc["skipped"] == []
+    assert doc["device"]["type"] == "cpu"
+    assert doc["copy_bandwidth"]["gbps"] > 0
+    assert {(r["workload"], r["order"]) for r in doc["results"]} == {
+        ("Q1", "random"), ("Q1", "sorted"), ("Q2", "random"), ("Q2", "sorted")}
+
+    for rec in doc["results"]:
+        for key in ("num_src", "num_dst", "num_edges", "dim", "dtype", "index_dtype",
+                    "out_bytes", "out_grad_bytes", "fwd_bytes", "floor", "methods"):
+            assert key in rec, key
+        assert rec["out_bytes"] == rec["num_edges"] * (4 if rec["dtype"] == "float32" else 2)
+        assert rec["floor"]["fwd_ms"] > 0 and rec["floor"]["fwdbwd_ms"] > rec["floor"]["fwd_ms"]
+        keys = [m["method"] for m in rec["methods"]]
+        assert len(keys) == len(set(keys))
+        assert "eager" in keys and "pyg_edgedot" in keys
+        for m in rec["methods"]:
+            assert m["label"]
+            for phase, r in _phases(m):
+                assert r["status"] in STATUSES, r
+                if r["status"] == "ok":
+                    assert r["ms"] > 0 and r["reps"] >= 1 and r["warmups"] >= 1
+                    assert r["min_ms"] <= r["ms"] <= r["max_ms"]
+                    assert set(r["check"]) == {"max_err", "tol", "ok"}
+                    assert r["check"]["ok"], (rec["workload"], m["method"], phase, r)
+                    assert m[f"speedup_{phase}"] is None or m[f"speedup_{phase}"] > 0
+                else:
+                    assert r["message"]
+                    assert m[f"speedup_{phase}"] is None
+
+
+def test_quick_run_methods_per_case(quick_run):
+    doc, _, _ = quick_run
+    by_case = {(r["workload"], r["order"]): {m["method"]: m for m in r["methods"]}
+               for r in doc["results"]}
+    for (wl, order), methods in by_case.items():
+        # pyg_edgedot itself must always run and be right.
+        for key in PYG_METHODS & set(methods):
+            for phase, r in _phases(methods[key]):
+                assert r["status"] == "ok" and r["check"]["ok"], (wl, order, key, phase, r)
+        # Rows that exist by design only in some cases.
+        assert ("pyg_edgedot_deterministic" in methods) == (wl == "Q1")
+        assert ("cusparse_sort" in methods) == (order == "random")
+        assert set(methods["cusparse"]) >= {"fwd"} and "fwdbwd" not in methods["cusparse"]
+        if wl == "Q2":  # bfloat16: sampled_addmm is float32 only
+            assert methods["cusparse"]["fwd"]["status"] == "n/a"
+        else:
+            assert methods["cusparse"]["fwd"]["status"] in {"ok", "error"}
+        assert methods["eager"]["speedup_fwd"] == pytest.approx(1.0)
+
+
+def test_injected_oom_is_reported_not_fatal(quick_run):
+    doc, _, proc = quick_run
+    for rec in doc["results"]:
+        eager = next(m for m in rec["methods"] if m["method"] == "eager")
+        if rec["workload"] == "Q2":
+            assert eager["fwdbwd"]["status"] == "oom"
+            assert eager["fwd"]["status"] == "ok"
+            # Without an eager fwd+bwd time there is no fwd+bwd speed-up for anyone.
+            assert all(m["speedup_fwdbwd"] is None for m in rec["methods"])
+        else:
+            assert eager["fwdbwd"]["status"] == "ok"
+    assert "OOM" in proc.stdout
+
+
+def test_quick_run_giant_and_probe(quick_run):
+    doc, _, _ = quick_run
+    giant = doc["giant"]
+    assert giant["status"] == "ok" and giant["passed"] is True and giant["scaled_down"]
+    assert giant["index_dtype"] == "int32" and giant["dtype"] == "bfloat16"
+    assert giant["forced_positions"][-1] == giant["num_edges"] - 1
+    probe = doc["sampled_addmm_probe"]
+    assert probe["status"] in {"ok", "error"}
+    if probe["status"] == "ok":
+        assert isinstance(probe["per_entry_dot"], bool)
+
+
+def test_quick_run_outputs(quick_run):
+    doc, out, proc = quick_run
+    png = out.with_suffix(".png")
+    assert png.exists() and png.read_bytes()[:8] == PNG_MAGIC
+    assert not out.with_name(out.name + ".tmp").exists()
+    # The table is on stdout, with a row per workload x order x method.
+    assert "xE fwd" in proc.stdout and "peak MB f+b" in proc.stdout
+    for rec in doc["results"]:
+        for m in rec["methods"]:
+            assert f"{rec['workload']:<8} {rec['order']:<6} {m['label']}" in proc.stdout
+
+
+def test_from_json_redraws(quick_run, tmp_path):
+    _, out, _ = quick_run
+    png = tmp_path / "again.png"
+    proc = run_script("--from-json", str(out), "--plot", str(png))
+    assert png.read_bytes()[:8] == PNG_MAGIC
+    assert "Q2" in proc.stdout and "giant check" in proc.stdout
+
+
+def test_time_budget_stops_new_workloads(tmp_path):
+    out = tmp_path / "budget.json"
+    proc = run_script("--device", "cpu", "--quick", "--time-budget", "0", "--out", str(out),
+                      "--methods", "pyg_edgedot,eager")
+    doc = json.loads(out.read_text())
+    assert doc["results"] == []
+    assert [s["what"] for s in doc["skipped"]] == ["Q1", "Q2", "giant"]
+    assert all("time budget" in s["reason"] for s in doc["skipped"])
+    assert "SKIPPED" in proc.stdout
+    assert out.with_suffix(".png").read_bytes()[:8] == PNG_MAGIC
+
+
+def test_floors_table():
+    proc = run_script("--floors")
+    assert "| W3 |" in proc.stdout and "| W7 |" in proc.stdout
+    # W3 forward: (2*30M*128*4 + 2*30M*8 + 30M*4) bytes = 31.32 GB at 4,300 GB/s = 7.284 ms.
+    w3 = next(line for line in proc.stdout.splitlines() if line.startswith("| W3 |"))
+    assert "| 31.32 | 7.284 |" in w3
+
+
+# ---- the helpers, on the CPU ----------------------------------------------------------------
+
+def test_floors_arithmetic(bench):
+    wl = bench.Workload("T", 10, 20, 100, 8)
+    f = bench.floors(wl, 1.0)
+    assert f["gather_bytes"] == 2 * 100 * 8 * 4
+    assert f["fwd_bytes"] == 2 * 100 * 8 * 4 + 2 * 100 * 8 + 100 * 4
+    per_grad = 100 * 8 * 4 + 2 * 100 * 8 + 100 * 4
+    assert f["fwdbwd_bytes"] == f["fwd_bytes"] + 2 * per_grad + (10 + 20) * 8 * 4
+    assert f["out_grad_bytes"] == 100 * 4 + (10 + 20) * 8 * 4
+    assert f["fwd_ms"] == pytest.approx(f["fwd_bytes"] / 1e9 * 1e3)
+
+
+def test_time_reps_and_peak_memory_on_cpu(bench):
+    b = bench.Bench(torch.device("cpu"), flush_bytes=1 << 20)
+    calls = {"before": 0, "fn": 0}
+
+    def before():
+        calls["before"] += 1
+
+    def fn():
+        calls["fn"] += 1
+
+    times = b.time_reps(fn, before, 4)
+    assert len(times) == 4 and all(t >= 0 for t in times)
+    assert calls == {"before": 4, "fn": 4}
+    assert b.wall(fn) >= 0
+
+    held = []
+    peak, seconds = b.peak_extra(lambda: held.append(torch.ones(16 << 20)))  # 64 MB, touched
+    assert seconds >= 0
+    if peak is not None:  # None where the RSS cannot be read
+        assert peak >= 32e6
+    bw = b.copy_bandwidth(4 << 20, reps=2)
+    assert bw["gbps"] > 0 and bw["bytes"] == 4 << 20
+
+
+def test_build_csr_merges_duplicates(bench):
+    src = torch.tensor([2, 0, 2, 1, 0, 2])
+    dst = torch.tensor([1, 3, 1, 0, 2, 0])  # (2, 1) twice
+    csr, inverse = bench.build_csr(src, dst, 3, 4, torch.float32)
+    assert csr._nnz() == 5 and inverse.shape == (6,)
+    assert csr.crow_indices().tolist() == [0, 2, 3, 5]
+    assert csr.col_indices().tolist() == [2, 3, 0, 0, 1]
+    x_src, x_dst = torch.randn(3, 5), torch.randn(4, 5)
+    out = torch.sparse.sampled_addmm(csr, x_src, x_dst.t(), beta=0.0)
+    expected = (x_src[src] * x_dst[dst]).sum(-1)
+    torch.testing.assert_close(out.values()[inverse], expected)
+
+
+def test_sort_by_source_permutes_grad(bench):
+    ei = torch.tensor([[2, 0, 2, 1], [1, 3, 0, 0]])
+    grad = torch.tensor([10.0, 11.0, 12.0, 13.0])
+    sorted_ei, sorted_grad = bench.sort_by_source(ei, grad, 4)
+    assert sorted_ei.tolist() == [[0, 1, 2, 2], [3, 0, 0, 1]]
+    assert sorted_grad.tolist() == [11.0, 13.0, 12.0, 10.0]
+
+
+def test_deterministic_context_restores_the_flag(bench):
+    before = torch.are_deterministic_algorithms_enabled()
+    with bench.deterministic_algorithms():
+        assert torch.are_deterministic_algorithms_enabled()
+    assert torch.are_deterministic_algorithms_enabled() == before
+    with pytest.raises(RuntimeError):
+        with bench.deterministic_algorithms():
+            raise RuntimeError("boom")
+    assert torch.are_deterministic_algorithms_enabled() == before
+
+
+def test_normalised_error(bench):
+    ref = torch.tensor([1.0, -2.0], dtype=torch.float64)
+    abs_sum = torch.tensor([2.0, 4.0], dtype=torch.float64)
+    assert bench.normalised_error(torch.tensor([1.0, -2.0]), ref, abs_sum) == 0.0
+    assert bench.normalised_error(torch.tensor([1.5, -2.0]), ref, abs_sum) == pytest.approx(0.25)
+    assert bench.normalised_error(torch.tensor([float("nan"), -2.0]), ref, abs_sum) == math.inf
+
+
+def test_reference_catches_wrong_scores_and_grads(bench):
+    wl = bench.Workload("T", 30, 20, 400, 8)
+    x_src, x_dst, ei, grad = bench.make_inputs(wl, torch.device("cpu"))
+    case = bench.Case(wl, "random", x_src, x_dst, ei, grad)
+    ref = bench.Reference(case, num_edges=64, num_rows=8)
+    out = bench.eager_scores(x_src, x_dst, case.src, case.dst)
+    assert ref.check_scores(out) <= ref.tol
+    assert ref.check_scores(out.roll(1)) > 1e-2
+    out.backward(grad)
+    assert ref.check_grads() <= ref.tol
+    x_src.grad.mul_(1.1)
+    assert ref.check_grads() > 1e-2
+
+
+# ---- the CUDA branches, with torch.cuda's clocks and memory statistics faked ------------------
+
+class FakeEvent:
+    def __init__(self, enable_timing: bool = False) -> None:
+        self.t = None
+
+    def record(self) -> None:
+        self.t = time.perf_counter()
+
+    def elapsed_time(self, end: "FakeEvent") -> float:
+        return (end.t - self.t) * 1e3
+
+
+@pytest.fixture
+def fake_cuda(monkeypatch):
+    """torch.cuda's events, sync and memory statistics, faked so that the CUDA branches of the
+    helpers run here (no GPU); 'allocated' is what the fake allocator reports."""
+    allocated = {"now": 1000, "peak": 1000}
+    monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: allocated["now"])
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated",
+                        lambda device=None: allocated["peak"])
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats",
+                        lambda device=None: allocated.update(peak=allocated["now"]))
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (8 << 30, 16 << 30))
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device=None: SimpleNamespace(
+        name="NVIDIA H200", major=9, minor=0, total_memory=150 << 30,
+        multi_processor_count=132, L2_cache_size=50 << 20))
+    return allocated
+
+
+def test_cuda_branches_of_the_helpers(bench, fake_cuda):
+    b = bench.Bench(torch.device("cuda"), flush_bytes=0)
+    assert b.is_cuda and "max_memory_allocated" in b.memory_kind
+    before = []
+    times = b.time_reps(lambda: time.sleep(0.002), lambda: before.append(1), 3)
+    assert len(times) == 3 and len(before) == 3 and all(t > 1.0 for t in times)
+
+    def allocate():
+        fake_cuda["peak"] = fake_cuda["now"] + 5000
+
+    peak, seconds = b.peak_extra(allocate)
+    assert peak == 5000 and seconds >= 0
+    b.free(collect=True)
+
+    info = bench.device_info(torch.device("cuda"))
+    assert info["name"] == "NVIDIA H200" and info["capability"] == "9.0"
+    path = bench.default_out_path(info["name"], "cuda", quick=False)
+    assert path.parent == bench.RESULTS_DIR and path.name.startswith("h200_")
+    assert bench.default_out_path("cpu", "cpu", quick=True).name.startswith("cpu_quick_")
+
+
+def test_giant_is_skipped_when_the_gpu_lacks_memory(bench, fake_cuda, tmp_path):
+    b = bench.Bench(torch.device("cuda"), flush_bytes=0)
+    doc = {"giant": None, "skipped": [], "results": []}
+    run = bench.Run(b, bench.Options(), doc, tmp_path / "r.json", time_budget=None)
+    run_giant_spec = bench.GIANT["cuda"]
+    assert run_giant_spec.num_edges == 2**31 + 1 and run_giant_spec.index_dtype == "int32"
+    bench.run_giant(run, run_giant_spec)  # 8 GiB free (faked) < ~30 GB needed
+    assert doc["giant"]["status"] == "skipped" and "GB free" in doc["giant"]["message"]
+    assert json.loads((tmp_path / "r.json").read_text())["giant"]["status"] == "skipped"
