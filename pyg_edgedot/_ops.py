@@ -152,11 +152,12 @@ def load() -> None:
     if STATE["extension"] is None:
         _define_fallback_schemas()
         _register_fallback("CPU")
+        _register_fallback("CUDA")
         warnings.warn(
             f"pyg_edgedot: using the slower pure-PyTorch fallback because {STATE['cpu_error']}. "
             "To fix it, install a C++ compiler and ninja (`pip install ninja`), then run "
             "`python -m pyg_edgedot --build` to see the full build log.", stacklevel=3)
-    if STATE["extension"] != "cuda":
+    elif STATE["extension"] != "cuda":
         _register_fallback("CUDA")
         if torch.cuda.is_available():
             warnings.warn(

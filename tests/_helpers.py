@@ -240,3 +240,13 @@ def make_edge_index(edge_index: Tensor, layout: str) -> Tensor:
         raise ValueError(layout)
     assert torch.equal(out, edge_index)
     return out
+
+
+def op_edge_dot(x_src: Tensor, x_dst: Tensor, src_index: Tensor, dst_index: Tensor):
+    """The registered forward op, ``edge_dot(x_src, x_dst, src_index, dst_index) ->
+    (out, first_bad)``: ``first_bad`` is [1] int64, the first edge with an index out of
+    range (its score is NaN), or -1. It never raises for bad indices; ``edge_dot`` does."""
+    out, first_bad = torch.ops.pyg_edgedot.edge_dot(x_src, x_dst, src_index, dst_index)
+    assert first_bad.dtype == torch.int64 and first_bad.shape == (1,)
+    assert first_bad.device == x_src.device and out.device == x_src.device
+    return out, first_bad

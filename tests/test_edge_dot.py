@@ -7,7 +7,7 @@ import pyg_edgedot
 from pyg_edgedot import edge_dot
 from _helpers import (DEVICES, EI_LAYOUTS, FLOAT_DTYPES, INDEX_DTYPES, SHAPE_IDS, SHAPES,
                       X_LAYOUTS, assert_close, dtype_id, make_edge_index, make_x, randn,
-                      random_edge_index, ref_edge_dot, ref_grads)
+                      op_edge_dot, random_edge_index, ref_edge_dot, ref_grads)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -138,10 +138,22 @@ def test_op_edge_dot(dtype, index_dtype, device, gen):
     x_src = randn(gen, 17, 19, dtype=dtype, device=device)
     x_dst = randn(gen, 13, 19, dtype=dtype, device=device)
     ei = random_edge_index(gen, 17, 13, 222, index_dtype, device)
-    for validate in (True, False):
-        out = torch.ops.pyg_edgedot.edge_dot(x_src, x_dst, ei[0], ei[1], validate)
-        assert out.dtype == dtype
-        assert_close(out, ref_edge_dot(x_src, x_dst, ei), dtype)
+    out, first_bad = op_edge_dot(x_src, x_dst, ei[0], ei[1])
+    assert out.dtype == dtype and first_bad.item() == -1
+    assert_close(out, ref_edge_dot(x_src, x_dst, ei), dtype)
+    # Out-of-range edges: NaN scores, the first one reported, the others unaffected.
+    ei[1, 150] = 13
+    ei[0, 171] = -1
+    ei[0, 200] = 17
+    out, first_bad = op_edge_dot(x_src, x_dst, ei[0], ei[1])
+    assert first_bad.item() == 150
+    good = torch.ones(222, dtype=torch.bool)
+    good[[150, 171, 200]] = False
+    assert torch.isnan(out.cpu()[~good]).all()
+    assert_close(out.cpu()[good], ref_edge_dot(x_src, x_dst, ei.cpu()[:, good]), dtype)
+    # No edges.
+    out, first_bad = op_edge_dot(x_src, x_dst, ei[0, :0], ei[1, :0])
+    assert out.shape == (0,) and first_bad.item() == -1
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -196,10 +208,8 @@ def test_opcheck_edge_dot(dtypes, num_edges, device, gen):
     x_dst = randn(gen, 7, 5, dtype=dtype, device=device).requires_grad_(True)
     # A transposed (non-contiguous) edge_index, as PyG often hands it over.
     ei = random_edge_index(gen, 9, 7, num_edges, index_dtype, device).t().contiguous().t()
-    torch.library.opcheck(torch.ops.pyg_edgedot.edge_dot.default,
-                          (x_src, x_dst, ei[0], ei[1], True))
-    torch.library.opcheck(torch.ops.pyg_edgedot.edge_dot.default,
-                          (x_src, x_src, ei[0], ei[0], False))
+    torch.library.opcheck(torch.ops.pyg_edgedot.edge_dot.default, (x_src, x_dst, ei[0], ei[1]))
+    torch.library.opcheck(torch.ops.pyg_edgedot.edge_dot.default, (x_src, x_src, ei[0], ei[0]))
 
 
 @pytest.mark.parametrize("device", DEVICES)
