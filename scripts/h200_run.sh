@@ -14,7 +14,7 @@ for step in "$@"; do
   echo "=== $step"
   case "$step" in
     tests)
-      python3 -m pytest -q -rs tests 2>&1 | tee "$OUT/pytest.log" | tail -15 ;;
+      python3 -m pytest -q -rs -n 8 -p no:cacheprovider tests 2>&1 | tee "$OUT/pytest.log" | tail -15 ;;
     sanitizer)
       # A plain torch program first, to tell a sanitizer/environment problem from ours.
       compute-sanitizer --tool memcheck python3 -c \
@@ -41,7 +41,7 @@ for step in "$@"; do
       # Mean epoch time with ~17M scored edges per epoch (issue 4), both decoders, one seed.
       for dec in edgedot eager; do
         python3 examples/link_pred.py --device cuda --num-nodes 1000000 --avg-degree 20 \
-          --neg-sampling uniform --epochs 6 --no-progress --decoder $dec \
+          --neg-sampling uniform --epochs 4 --no-progress --decoder $dec \
           --json "$OUT/link_pred_gpu_$dec.json" 2>&1 | tail -4
       done ;;
     ncu)
