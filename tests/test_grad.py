@@ -5,7 +5,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch_geometric import EdgeIndex
 
 from pyg_edgedot import edge_dot
-from _helpers import (DEVICES, EI_LAYOUTS, FLOAT_DTYPES, INDEX_DTYPES, SHAPE_IDS, SHAPES,
+from _helpers import (DEVICES, EI_LAYOUTS, FLOAT_DTYPES, INDEX_DTYPES, SHAPE_IDS, SHAPES, TOL,
                       X_LAYOUTS, assert_close, dtype_id, leaf, make_edge_index, make_x, randn,
                       random_edge_index, ref_base_grad, ref_edge_dot, ref_grads, run_backward)
 
@@ -40,8 +40,16 @@ def test_backward_x_layouts(layout, feat_dim, dtype, device, gen):
     out = edge_dot(x_src, x_dst, ei)
     grad_out = run_backward(out, gen)
     ref_src, ref_dst = ref_grads(x_src, x_dst, ei, grad_out)
-    assert_close(base_src.grad, ref_base_grad(base_src, view_src, ref_src), dtype, "grad x_src")
-    assert_close(base_dst.grad, ref_base_grad(base_dst, view_dst, ref_dst), dtype, "grad x_dst")
+    # An expanded view's base gradient is autograd's sum of the 23 (or 18) row gradients,
+    # each already rounded to the low-precision dtype: that sum, not the kernel, sets the
+    # error (seen on the H200: 1.4e-2 in bf16). Eager PyTorch rounds the same way.
+    tol = None
+    if layout == "expanded" and dtype in (torch.float16, torch.bfloat16):
+        tol = 3 * TOL[dtype]
+    assert_close(base_src.grad, ref_base_grad(base_src, view_src, ref_src), dtype, "grad x_src",
+                 tol)
+    assert_close(base_dst.grad, ref_base_grad(base_dst, view_dst, ref_dst), dtype, "grad x_dst",
+                 tol)
 
 
 @pytest.mark.parametrize("device", DEVICES)
