@@ -18,9 +18,9 @@ import torch
 from torch import Tensor
 
 import pyg_edgedot
-from pyg_edgedot import EdgeDotScore
 
 DECODERS = ("edgedot", "eager")
+ENCODERS = ("gcn", "sage")
 NEG_SAMPLING = ("pyg", "uniform")
 NumNodes = Union[int, Tuple[int, int]]
 ScoreFn = Callable[[Tensor], Tensor]  # edge_label_index [2, E] -> scores [E]
@@ -48,12 +48,17 @@ def make_parser(doc: str) -> argparse.ArgumentParser:
 
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter,
                      argparse.RawDescriptionHelpFormatter):
-    pass
+    """Keeps the docstring's layout; shows defaults, except None and on/off flags."""
+
+    def _get_help_string(self, action):
+        if action.default is None or isinstance(action.default, bool):
+            return action.help
+        return super()._get_help_string(action)
 
 
 def add_training_args(parser: argparse.ArgumentParser, *, epochs: int, lr: float,
                       hidden_channels: int = 128, out_channels: int = 64,
-                      decoder: bool = True, neg_sampling: bool = True) -> None:
+                      decoder_help: Optional[str] = None, neg_sampling: bool = True) -> None:
     """Options every example shares: model size, optimization, evaluation and output."""
     group = parser.add_argument_group("training")
     group.add_argument("--epochs", type=int, default=epochs, help="training epochs")
@@ -64,10 +69,9 @@ def add_training_args(parser: argparse.ArgumentParser, *, epochs: int, lr: float
                        help="embedding dimension: the length of every scored dot product")
     group.add_argument("--seed", type=int, default=0,
                        help="seed of the split, the initialization and the negatives")
-    if decoder:
-        group.add_argument("--decoder", default="edgedot", choices=DECODERS,
-                           help="'edgedot': pyg_edgedot.EdgeDotScore (fused kernel); "
-                                "'eager': PyG's expression (z[src] * z[dst]).sum(-1)")
+    group.add_argument("--decoder", default="edgedot", choices=DECODERS,
+                       help=decoder_help or "'edgedot': pyg_edgedot.EdgeDotScore (fused "
+                       "kernel); 'eager': PyG's expression (z[src] * z[dst]).sum(-1)")
     if neg_sampling:
         group.add_argument("--neg-sampling", default="pyg", choices=NEG_SAMPLING,
                            help="fresh training negatives each epoch, one per positive: "
@@ -92,6 +96,13 @@ def add_training_args(parser: argparse.ArgumentParser, *, epochs: int, lr: float
                        help="write the final metrics, timings and configuration here")
 
 
+def setup(args: argparse.Namespace) -> torch.device:
+    """The device of ``--device``, after seeding Python, NumPy and torch with ``--seed``."""
+    from torch_geometric import seed_everything
+    seed_everything(args.seed)
+    return resolve_device(args.device)
+
+
 def resolve_device(name: Optional[str]) -> torch.device:
     if name is None:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -107,6 +118,25 @@ def resolve_device(name: Optional[str]) -> torch.device:
 
 # Models ###################################################################################
 
+def add_encoder_args(parser: argparse.ArgumentParser, *, model: str = "gcn",
+                     dropout: float = 0.0) -> None:
+    """Options of :func:`make_encoder`."""
+    group = parser.add_argument_group("encoder")
+    group.add_argument("--model", default=model, choices=ENCODERS,
+                       help="encoder: torch_geometric.nn.models.GCN or GraphSAGE")
+    group.add_argument("--num-layers", type=int, default=2, help="message-passing layers")
+    group.add_argument("--dropout", type=float, default=dropout,
+                       help="dropout between the encoder's layers")
+
+
+def make_encoder(args: argparse.Namespace, in_channels: int) -> torch.nn.Module:
+    """PyG's GCN or GraphSAGE model, ``in_channels -> hidden -> ... -> out_channels``."""
+    from torch_geometric.nn.models import GCN, GraphSAGE
+    model = {"gcn": GCN, "sage": GraphSAGE}[args.model]
+    return model(in_channels, args.hidden_channels, args.num_layers, args.out_channels,
+                 dropout=args.dropout)
+
+
 class EagerDotScore(torch.nn.Module):
     """PyG's own expression ``(x_src[src] * x_dst[dst]).sum(-1)``, with the interface of
     :class:`pyg_edgedot.EdgeDotScore`, for side-by-side comparisons."""
@@ -120,15 +150,6 @@ class EagerDotScore(torch.nn.Module):
         x_src, x_dst = (x, x) if isinstance(x, Tensor) else x
         out = (x_src[edge_label_index[0]] * x_dst[edge_label_index[1]]).sum(dim=-1)
         return out.sigmoid() if self.sigmoid else out
-
-
-def make_decoder(name: str) -> torch.nn.Module:
-    """``EdgeDotScore()`` for ``'edgedot'``, :class:`EagerDotScore` for ``'eager'``."""
-    if name == "edgedot":
-        return EdgeDotScore()
-    if name == "eager":
-        return EagerDotScore()
-    raise ExampleError(f"unknown decoder {name!r} (choose from {DECODERS})")
 
 
 # Negatives ################################################################################

@@ -60,7 +60,7 @@ def _num_edges(num_nodes: int, avg_degree: float, num_edges: Optional[int]) -> i
     return num_edges
 
 
-def sbm_graph(num_nodes: int = 5_000, avg_degree: float = 10.0,
+def sbm_graph(num_nodes: int = 2_000, avg_degree: float = 10.0,
               num_edges: Optional[int] = None, feat_dim: int = 64, num_blocks: int = 50,
               p_in: float = 0.9, feature_snr: float = 1.0, seed: int = 0) -> Data:
     r"""An undirected stochastic block model with informative node features.
@@ -187,44 +187,92 @@ def load_planetoid(name: str, root: str) -> Data:
 
 # Command-line plumbing ####################################################################
 
-def add_graph_args(parser: argparse.ArgumentParser, *, planetoid: bool = True,
-                   num_nodes: int = 5_000, avg_degree: float = 10.0) -> None:
+def add_graph_args(parser: argparse.ArgumentParser) -> None:
     """Options that choose and size the homogeneous graph (see :func:`load_graph`)."""
     group = parser.add_argument_group("data")
-    if planetoid:
-        group.add_argument("--dataset", default="generated", choices=("generated",) + PLANETOID,
-                           help="'generated': a stochastic block model made on the fly (no "
-                                "download); otherwise a Planetoid dataset read from --root")
-        group.add_argument("--root", default="data/Planetoid",
-                           help="Planetoid root: --dataset NAME reads ROOT/NAME/raw "
-                                "(never downloads)")
-    group.add_argument("--num-nodes", type=int, default=num_nodes,
+    group.add_argument("--dataset", default="generated", choices=("generated",) + PLANETOID,
+                       help="'generated': a stochastic block model made on the fly (no "
+                            "download); otherwise a Planetoid dataset read from --root")
+    group.add_argument("--root", default="data/Planetoid",
+                       help="Planetoid root: --dataset NAME reads ROOT/NAME/raw "
+                            "(never downloads)")
+    group.add_argument("--num-nodes", type=int, default=2_000,
                        help="generated graph: number of nodes")
-    group.add_argument("--avg-degree", type=float, default=avg_degree,
+    group.add_argument("--avg-degree", type=float, default=10.0,
                        help="generated graph: average node degree")
     group.add_argument("--num-edges", type=int, default=None,
                        help="generated graph: number of undirected edges (overrides "
-                            "--avg-degree); each epoch scores about 1.7x this many edges "
-                            "(85%% of them as training positives, as many negatives)")
+                            "--avg-degree); an epoch scores twice its training share "
+                            "(positives plus as many negatives), so ~1.7x this many")
     group.add_argument("--feat-dim", type=int, default=64,
                        help="generated graph: node feature dimension")
     group.add_argument("--num-blocks", type=int, default=50,
                        help="generated graph: number of communities")
     group.add_argument("--p-in", type=float, default=0.9,
                        help="generated graph: fraction of edges inside a community")
+    group.add_argument("--feature-snr", type=float, default=1.0,
+                       help="generated graph: strength of the community signal in the "
+                            "features (0: pure noise)")
     group.add_argument("--graph-seed", type=int, default=0,
                        help="generated graph: seed of the graph (fixed, independent of --seed)")
 
 
 def load_graph(args: argparse.Namespace) -> Tuple[Data, str]:
     """The graph chosen by :func:`add_graph_args` options, and a one-line description."""
-    if getattr(args, "dataset", "generated") != "generated":
+    if args.dataset != "generated":
         data = load_planetoid(args.dataset, args.root)
         return data, args.dataset
     data = sbm_graph(num_nodes=args.num_nodes, avg_degree=args.avg_degree,
                      num_edges=args.num_edges, feat_dim=args.feat_dim,
-                     num_blocks=args.num_blocks, p_in=args.p_in, seed=args.graph_seed)
+                     num_blocks=args.num_blocks, p_in=args.p_in,
+                     feature_snr=args.feature_snr, seed=args.graph_seed)
     return data, f"generated SBM ({args.num_blocks} blocks, p_in={args.p_in})"
+
+
+def add_user_item_args(parser: argparse.ArgumentParser) -> None:
+    """Options that size the generated user-item graph (see :func:`user_item_graph`)."""
+    group = parser.add_argument_group("data (generated user-item graph)")
+    group.add_argument("--num-users", type=int, default=2_000, help="number of users")
+    group.add_argument("--num-items", type=int, default=1_000, help="number of items")
+    group.add_argument("--avg-ratings", type=float, default=10.0,
+                       help="ratings per user on average")
+    group.add_argument("--feat-dim", type=int, default=32,
+                       help="feature dimension of users and items")
+    group.add_argument("--num-genres", type=int, default=20, help="number of item genres")
+    group.add_argument("--taste-sharpness", type=float, default=5.0,
+                       help="how concentrated user tastes are (larger: fewer favourite genres)")
+    group.add_argument("--feature-snr", type=float, default=3.0,
+                       help="strength of the taste/genre signal in the features (0: noise)")
+    group.add_argument("--graph-seed", type=int, default=0,
+                       help="seed of the graph (fixed, independent of --seed)")
+
+
+def load_user_item(args: argparse.Namespace) -> HeteroData:
+    return user_item_graph(num_users=args.num_users, num_items=args.num_items,
+                           avg_ratings=args.avg_ratings, feat_dim=args.feat_dim,
+                           num_genres=args.num_genres, taste_sharpness=args.taste_sharpness,
+                           feature_snr=args.feature_snr, seed=args.graph_seed)
+
+
+def add_split_args(parser: argparse.ArgumentParser, *, val_ratio: float = 0.05,
+                   test_ratio: float = 0.1) -> None:
+    group = parser.add_argument_group("split")
+    group.add_argument("--val-ratio", type=float, default=val_ratio,
+                       help="fraction of the edges held out for validation")
+    group.add_argument("--test-ratio", type=float, default=test_ratio,
+                       help="fraction of the edges held out for testing")
+
+
+def split_edges(data: Data, args: argparse.Namespace, **kwargs) -> Tuple[Data, Data, Data]:
+    """``RandomLinkSplit`` of an undirected graph into train/val/test.
+
+    Validation and test get one negative per positive; training gets none (the examples
+    draw fresh ones every epoch). ``kwargs`` go to ``RandomLinkSplit``.
+    """
+    import torch_geometric.transforms as T
+    split = T.RandomLinkSplit(num_val=args.val_ratio, num_test=args.test_ratio,
+                              is_undirected=True, add_negative_train_samples=False, **kwargs)
+    return split(data)
 
 
 def describe(data) -> dict:

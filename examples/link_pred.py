@@ -9,68 +9,37 @@ the test edges, and MRR and Hits@K ranking each positive test edge against rando
 negatives, as OGB does.
 
 examples:
-  python examples/link_pred.py                                  # generated graph, ~20 s on 2 cores
-  python examples/link_pred.py --dataset Cora --root data/Planetoid
-  python examples/link_pred.py --decoder eager                  # PyG's expression, same seed
+  python examples/link_pred.py                         # generated graph, no download
+  python examples/link_pred.py --dataset Cora --root data/Planetoid  # data/Planetoid/Cora/raw
+  python examples/link_pred.py --decoder eager         # PyG's expression, for a side-by-side
   python examples/link_pred.py --device cuda --num-nodes 1000000 --avg-degree 20 \\
       --neg-sampling uniform --epochs 20 --no-progress --json big.json
-                                                      # ~17M scored edges per epoch
+                                                       # ~17M scored edges per epoch
 """
 import torch
-import torch_geometric.transforms as T
-from torch_geometric import seed_everything
-from torch_geometric.nn.models import GCN, GraphSAGE
+from pyg_edgedot import EdgeDotScore
 
 import _common
 import _data
 
-ENCODERS = {"gcn": GCN, "sage": GraphSAGE}
 
-
-def add_encoder_args(parser) -> None:
-    group = parser.add_argument_group("encoder")
-    group.add_argument("--model", default="gcn", choices=sorted(ENCODERS),
-                       help="encoder: torch_geometric.nn.models.GCN or GraphSAGE")
-    group.add_argument("--num-layers", type=int, default=2, help="message-passing layers")
-    group.add_argument("--dropout", type=float, default=0.0, help="encoder dropout")
-
-
-def make_encoder(args, in_channels: int) -> torch.nn.Module:
-    return ENCODERS[args.model](in_channels, args.hidden_channels, args.num_layers,
-                                args.out_channels, dropout=args.dropout)
-
-
-def split_edges(data, args):
-    """RandomLinkSplit into train/val/test; val and test get one negative per positive."""
-    split = T.RandomLinkSplit(num_val=args.val_ratio, num_test=args.test_ratio,
-                              is_undirected=True, add_negative_train_samples=False)
-    return split(data)
-
-
-def add_split_args(parser) -> None:
-    group = parser.add_argument_group("split")
-    group.add_argument("--val-ratio", type=float, default=0.05, help="edges for validation")
-    group.add_argument("--test-ratio", type=float, default=0.1, help="edges for testing")
-
-
-def parse_args(argv=None):
-    parser = _common.make_parser(__doc__)
+def parse_args(argv=None, doc: str = __doc__):
+    parser = _common.make_parser(doc)
     _data.add_graph_args(parser)
-    add_split_args(parser)
-    add_encoder_args(parser)
-    _common.add_training_args(parser, epochs=100, lr=0.01)
+    _data.add_split_args(parser)
+    _common.add_encoder_args(parser, dropout=0.5)
+    _common.add_training_args(parser, epochs=200, lr=0.01)
     return parser.parse_args(argv)
 
 
 def main(argv=None) -> dict:
     args = parse_args(argv)
-    device = _common.resolve_device(args.device)
-    seed_everything(args.seed)
+    device = _common.setup(args)  # --device, and seeds everything with --seed
     data, name = _data.load_graph(args)
-    train_data, val_data, test_data = (d.to(device) for d in split_edges(data, args))
+    train_data, val_data, test_data = (d.to(device) for d in _data.split_edges(data, args))
 
-    model = make_encoder(args, data.num_features).to(device)
-    decoder = _common.make_decoder(args.decoder)
+    model = _common.make_encoder(args, data.num_features).to(device)
+    decoder = EdgeDotScore() if args.decoder == "edgedot" else _common.EagerDotScore()
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
     criterion = torch.nn.BCEWithLogitsLoss()
 
@@ -103,10 +72,10 @@ def main(argv=None) -> dict:
     metrics = _common.link_metrics(lambda index: decoder(z, index),
                                    test_data.edge_label_index, test_data.edge_label,
                                    test_data.num_nodes, args)
-    scored = train_data.edge_label_index.size(1) * 2
     return _common.report(
         "link_pred", args, device, metrics=metrics, fit_result=result,
-        data=dict(_data.describe(data), name=name, scored_edges_per_epoch=scored),
+        data=dict(_data.describe(data), name=name,
+                  scored_edges_per_epoch=2 * train_data.edge_label_index.size(1)),
         title=f"{name}, {args.model.upper()} encoder, {args.decoder} decoder")
 
 

@@ -1,0 +1,324 @@
+"""The examples run end to end on tiny data on the CPU and write sane JSON reports.
+
+Each example runs once as a user would run it, in a subprocess (``sys.executable``), for a
+few epochs, and the test checks the JSON it wrote. Other runs happen in this process, by
+calling the script's ``main(argv)``, since starting Python with torch and PyG costs ~5-10 s
+on two cores. The shared helpers of ``examples/`` get direct unit tests where a bug would
+otherwise be silent (ranking ties, the GAE decoder, the generators).
+"""
+import importlib
+import json
+import math
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLES = REPO / "examples"
+CORA_RAW = REPO.parent / "shared" / "data" / "Planetoid" / "Cora" / "raw"
+SCRIPTS = ("link_pred.py", "hetero_link_pred.py", "link_neighbor_loader.py", "gae.py",
+           "ddp_link_pred.py")
+TIMEOUT = 900  # generous: the first import on a machine may compile the kernels
+
+TINY_GRAPH = ["--num-nodes", "300", "--avg-degree", "8", "--feat-dim", "16",
+              "--num-blocks", "4", "--hidden-channels", "16", "--out-channels", "16"]
+TINY_EVAL = ["--num-rank-negatives", "20", "--hits-k", "3", "10"]
+
+
+def _command(script, *args, json_path, torchrun_procs=None):
+    cmd = [sys.executable]
+    if torchrun_procs:
+        cmd += ["-m", "torch.distributed.run", "--standalone",  # free port, chosen by torchrun
+                "--nproc_per_node", str(torchrun_procs)]
+    return cmd + [str(EXAMPLES / script), "--device", "cpu", "--no-progress",
+                  "--json", str(json_path), *map(str, args)]
+
+
+def run_example(tmp_path, script, *args, torchrun_procs=None, expect_ok=True):
+    """Runs an example in ``tmp_path``; returns (its JSON report or None, the process)."""
+    json_path = tmp_path / f"{Path(script).stem}.json"
+    proc = subprocess.run(_command(script, *args, json_path=json_path,
+                                   torchrun_procs=torchrun_procs),
+                          cwd=tmp_path, capture_output=True, text=True, timeout=TIMEOUT)
+    if not expect_ok:
+        return None, proc
+    assert proc.returncode == 0, (
+        f"{script} exited with {proc.returncode}\n--- stdout\n{proc.stdout}\n"
+        f"--- stderr\n{proc.stderr[-6000:]}")
+    assert json_path.is_file(), f"{script} did not write {json_path}\n{proc.stdout}"
+    return json.loads(json_path.read_text()), proc
+
+
+def check_report(doc, *, example, epochs, hits_k=(3, 10)):
+    """The JSON report has every key, finite metrics in [0, 1] and a consistent history."""
+    assert doc["example"] == example
+    metrics = doc["metrics"]
+    expected = {"test_auc", "test_ap", "test_mrr", "best_val_auc",
+                *(f"test_hits@{k}" for k in hits_k)}
+    assert expected <= metrics.keys(), f"missing metrics: {expected - metrics.keys()}"
+    for key in expected:
+        value = metrics[key]
+        assert isinstance(value, float) and math.isfinite(value) and 0.0 <= value <= 1.0, \
+            f"{key} = {value!r}"
+    hits = [metrics[f"test_hits@{k}"] for k in sorted(hits_k)]
+    assert hits == sorted(hits), f"Hits@K must grow with K: {hits}"
+    for k in hits_k:  # a positive within the top k adds at least 1/k to the MRR
+        assert metrics["test_mrr"] >= metrics[f"test_hits@{k}"] / k - 1e-9
+    assert 1 <= metrics["best_epoch"] <= epochs
+    history = doc["history"]
+    assert [h["epoch"] for h in history] == list(range(1, epochs + 1))
+    assert all(math.isfinite(h["loss"]) and h["loss"] > 0 for h in history)
+    assert max(h["val_auc"] for h in history) == pytest.approx(metrics["best_val_auc"])
+    assert math.isfinite(doc["mean_epoch_time_s"]) and doc["mean_epoch_time_s"] > 0
+    assert doc["timing"]["mean_epoch_time_s"] == doc["mean_epoch_time_s"]
+    config = doc["config"]
+    assert config["epochs"] == epochs and config["device"] == "cpu"
+    assert config["hits_k"] == list(hits_k)
+    assert doc["env"]["device"] == "cpu" and "cpu" in doc["env"]["pyg_edgedot_backends"]
+    assert doc["data"]["scored_edges_per_epoch"] > 0
+
+
+def import_example(name):
+    """An example script (or helper) imported from ``examples/`` (on ``sys.path``)."""
+    module = importlib.import_module(name)
+    assert Path(module.__file__).resolve().parent == EXAMPLES, (
+        f"{name} was imported from {module.__file__}, not from {EXAMPLES}")
+    return module
+
+
+@pytest.fixture
+def examples_path(monkeypatch):
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+
+
+def run_in_process(tmp_path, script, *args):
+    """``main(argv)`` of an example in this process; returns the JSON report it wrote."""
+    json_path = tmp_path / f"{Path(script).stem}-in-process.json"
+    module = import_example(Path(script).stem)
+    module.main(["--device", "cpu", "--no-progress", "--json", str(json_path),
+                 *map(str, args)])
+    return json.loads(json_path.read_text())
+
+
+# Command lines ###########################################################################
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_every_example_documents_its_options(script, examples_path, capsys):
+    module = import_example(Path(script).stem)
+    with pytest.raises(SystemExit) as exit_info:
+        module.parse_args(["--help"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage:"), out[:200]
+    for option in ("--epochs", "--device", "--seed", "--json", "--no-progress", "--decoder",
+                   "--num-rank-negatives", "--hits-k", "--lr"):
+        assert option in out, f"{script} --help does not list {option}"
+    assert "examples:" in out and f"examples/{script}" in out, \
+        f"{script} --help shows no example command"
+
+
+def test_examples_readme_lists_every_example():
+    readme = (EXAMPLES / "README.md").read_text()
+    for script in SCRIPTS:
+        assert f"examples/{script}" in readme, f"examples/README.md does not list {script}"
+
+
+# link_pred.py ###########################################################################
+
+@pytest.fixture(scope="module")
+def link_pred_runs(tmp_path_factory):
+    """link_pred.py with each decoder, same seed, on a tiny easy graph."""
+    args = [*TINY_GRAPH, *TINY_EVAL, "--p-in", "0.95", "--epochs", "6", "--lr", "0.05",
+            "--seed", "3"]
+    runs = {}
+    runs["edgedot"], _ = run_example(tmp_path_factory.mktemp("edgedot"), "link_pred.py",
+                                     *args, "--decoder", "edgedot")
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        monkeypatch.syspath_prepend(str(EXAMPLES))
+        runs["eager"] = run_in_process(tmp_path_factory.mktemp("eager"), "link_pred.py",
+                                       *args, "--decoder", "eager")
+    return runs
+
+
+def test_link_pred_writes_a_complete_report(link_pred_runs):
+    doc = link_pred_runs["edgedot"]
+    check_report(doc, example="link_pred", epochs=6)
+    assert doc["config"]["decoder"] == "edgedot"
+    assert doc["data"]["num_nodes"] == 300
+    assert set(doc["timing"]["mean_phase_time_s"]) == {"sample", "step"}
+
+
+def test_link_pred_learns_the_generated_graph(link_pred_runs):
+    # 4 communities, 95% of the edges inside them. Even an untrained GCN separates the test
+    # edges from random pairs fairly well here (smoothed features), so check that training
+    # helped: the loss falls well below chance (ln 2 = 0.693 for balanced BCE) and the
+    # validation AUC rises. Swapped labels or a broken decoder fail this.
+    doc = link_pred_runs["edgedot"]
+    history, metrics = doc["history"], doc["metrics"]
+    assert history[-1]["loss"] < 0.62, [h["loss"] for h in history]
+    assert metrics["best_val_auc"] > history[0]["val_auc"] + 0.05, history
+    assert metrics["best_epoch"] > 1
+    assert metrics["test_auc"] > 0.8, metrics
+    assert metrics["test_hits@10"] > 0.6, metrics  # 10 of 21 candidates is chance
+
+
+def test_link_pred_decoders_agree(link_pred_runs):
+    edgedot, eager = link_pred_runs["edgedot"], link_pred_runs["eager"]
+    assert eager["config"]["decoder"] == "eager"
+    for key in ("test_auc", "test_ap", "test_mrr", "best_val_auc"):
+        assert edgedot["metrics"][key] == pytest.approx(eager["metrics"][key], abs=0.01), key
+    losses = [h["loss"] for h in edgedot["history"]]
+    assert losses == pytest.approx([h["loss"] for h in eager["history"]], rel=1e-3)
+
+
+@pytest.mark.skipif(not CORA_RAW.is_dir(), reason=f"the Cora raw files are not at {CORA_RAW}")
+def test_link_pred_on_cora(tmp_path, examples_path):
+    root = tmp_path / "Planetoid"
+    shutil.copytree(CORA_RAW, root / "Cora" / "raw")
+    doc = run_in_process(tmp_path, "link_pred.py", "--dataset", "Cora", "--root", root,
+                         "--epochs", "2", *TINY_EVAL)
+    check_report(doc, example="link_pred", epochs=2)
+    assert doc["data"]["num_nodes"] == 2708 and doc["data"]["num_features"] == 1433
+    assert doc["config"]["dataset"] == "Cora"
+
+
+def test_planetoid_without_raw_files_fails_clearly_and_never_downloads(tmp_path,
+                                                                      examples_path):
+    _common = import_example("_common")
+    with pytest.raises(_common.ExampleError, match="never download") as error:
+        run_in_process(tmp_path, "link_pred.py", "--dataset", "CiteSeer", "--root",
+                       tmp_path / "empty", "--epochs", "1")
+    assert "ind.citeseer.x" in str(error.value) and str(tmp_path / "empty") in str(error.value)
+    assert not (tmp_path / "empty").exists()  # nothing was fetched or written
+
+
+# The other examples ######################################################################
+
+def test_hetero_link_pred(tmp_path):
+    doc, _ = run_example(tmp_path, "hetero_link_pred.py", "--num-users", "200",
+                         "--num-items", "100", "--avg-ratings", "5", "--num-genres", "5",
+                         "--feat-dim", "16", "--hidden-channels", "16", "--out-channels", "16",
+                         "--epochs", "2", *TINY_EVAL)
+    check_report(doc, example="hetero_link_pred", epochs=2)
+    assert doc["data"]["num_nodes"] == {"user": 200, "item": 100}
+    edges = doc["data"]["num_edges"]
+    assert edges["user__rates__item"] == edges["item__rev_rates__user"] > 0
+
+
+def test_gae(tmp_path):
+    doc, _ = run_example(tmp_path, "gae.py", *TINY_GRAPH, "--epochs", "2", *TINY_EVAL)
+    check_report(doc, example="gae", epochs=2)
+    assert set(doc["timing"]["mean_phase_time_s"]) == {"step"}
+
+
+def _has_neighbor_sampler() -> bool:
+    import torch_geometric.typing
+    return torch_geometric.typing.WITH_PYG_LIB or torch_geometric.typing.WITH_TORCH_SPARSE
+
+
+@pytest.mark.skipif(not _has_neighbor_sampler(),
+                    reason="LinkNeighborLoader needs pyg-lib or torch-sparse (neither installed)")
+def test_link_neighbor_loader(tmp_path):
+    doc, _ = run_example(tmp_path, "link_neighbor_loader.py", *TINY_GRAPH, "--epochs", "2",
+                         "--batch-size", "256", "--num-neighbors", "5", "5", *TINY_EVAL)
+    check_report(doc, example="link_neighbor_loader", epochs=2)
+
+
+@pytest.mark.skipif(_has_neighbor_sampler(), reason="a neighbor sampler is installed")
+def test_link_neighbor_loader_without_a_sampler_says_what_to_install(tmp_path):
+    _, proc = run_example(tmp_path, "link_neighbor_loader.py", *TINY_GRAPH, "--epochs", "1",
+                          expect_ok=False)
+    assert proc.returncode != 0
+    assert "error:" in proc.stderr and "pyg-lib" in proc.stderr, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+
+
+def test_ddp_link_pred_two_processes(tmp_path):
+    doc, proc = run_example(tmp_path, "ddp_link_pred.py", *TINY_GRAPH, "--epochs", "2",
+                            "--model", "sage", "--neg-sampling", "uniform", *TINY_EVAL,
+                            torchrun_procs=2)
+    check_report(doc, example="ddp_link_pred", epochs=2)
+    assert doc["world_size"] == 2 and doc["backend"] == "gloo"
+    per_rank = doc["timing"]["mean_epoch_time_s_per_rank"]
+    assert len(per_rank) == 2 and doc["mean_epoch_time_s"] == max(per_rank)
+    assert proc.stdout.count("wrote ") == 1  # only rank 0 reports
+
+
+def test_ddp_link_pred_single_process(tmp_path, examples_path):
+    doc = run_in_process(tmp_path, "ddp_link_pred.py", *TINY_GRAPH, "--epochs", "1",
+                         *TINY_EVAL)
+    check_report(doc, example="ddp_link_pred", epochs=1)
+    assert doc["world_size"] == 1
+
+
+# Shared helpers ###########################################################################
+
+def test_ranking_uses_ogb_tie_rule(examples_path):
+    _common = import_example("_common")
+    k = 4
+    # One destination node only, so every negative is (src, 0); scores depend on dst.
+    pos = torch.tensor([[0, 1, 2], [0, 5, 7]])
+    by_dst = {0: 1.0, 5: 2.0, 7: 0.0}
+
+    def score(index):
+        return torch.tensor([by_dst[int(d)] for d in index[1]])
+
+    sums = _common.ranking_sums(score, pos, num_dst_nodes=1, num_negatives=k,
+                                hits_k=(1, 3))
+    # (0, 0) ties its 4 negatives: rank 1 + (0 + 4) / 2 = 3; (1, 5) beats them: rank 1;
+    # (2, 7) loses to them: rank 1 + (4 + 4) / 2 = 5.
+    metrics = _common.ranking_metrics(sums, (1, 3))
+    assert metrics["mrr"] == pytest.approx((1 / 3 + 1 + 1 / 5) / 3)
+    assert metrics["hits@1"] == pytest.approx(1 / 3)
+    assert metrics["hits@3"] == pytest.approx(2 / 3)
+
+
+def test_eager_decoder_matches_edgedot(examples_path):
+    from pyg_edgedot import EdgeDotScore
+    _common = import_example("_common")
+    gen = torch.Generator().manual_seed(0)
+    x_src, x_dst = torch.randn(7, 5, generator=gen), torch.randn(4, 5, generator=gen)
+    index = torch.stack([torch.randint(7, (30,), generator=gen),
+                         torch.randint(4, (30,), generator=gen)])
+    for sigmoid in (False, True):
+        edgedot, eager = EdgeDotScore(sigmoid=sigmoid), _common.EagerDotScore(sigmoid=sigmoid)
+        torch.testing.assert_close(edgedot((x_src, x_dst), index), eager((x_src, x_dst), index))
+        torch.testing.assert_close(edgedot(x_dst, index % 4), eager(x_dst, index % 4))
+
+
+def test_gae_decoder_matches_inner_product_decoder(examples_path):
+    from torch_geometric.nn.models import InnerProductDecoder
+    gae = import_example("gae")
+    z = torch.randn(6, 3, generator=torch.Generator().manual_seed(1))
+    index = torch.tensor([[0, 1, 5, 2, 2], [3, 1, 0, 4, 2]])
+    ours, pyg = gae.EdgeDotDecoder(), InnerProductDecoder()
+    for sigmoid in (True, False):
+        torch.testing.assert_close(ours(z, index, sigmoid=sigmoid),
+                                   pyg(z, index, sigmoid=sigmoid))
+        torch.testing.assert_close(ours.forward_all(z, sigmoid=sigmoid),
+                                   pyg.forward_all(z, sigmoid=sigmoid))
+
+
+def test_generated_graphs_are_seeded_and_well_formed(examples_path):
+    from torch_geometric.utils import is_undirected
+    _data = import_example("_data")
+    a = _data.sbm_graph(num_nodes=200, avg_degree=6, feat_dim=8, num_blocks=4, seed=1)
+    b = _data.sbm_graph(num_nodes=200, avg_degree=6, feat_dim=8, num_blocks=4, seed=1)
+    assert torch.equal(a.edge_index, b.edge_index) and torch.equal(a.x, b.x)
+    assert is_undirected(a.edge_index) and not (a.edge_index[0] == a.edge_index[1]).any()
+    assert a.x.shape == (200, 8) and 0.8 * 1200 < a.edge_index.size(1) <= 1200
+    inside = (a.y[a.edge_index[0]] == a.y[a.edge_index[1]]).float().mean()
+    assert inside > 0.8  # p_in = 0.9 (plus chance pairs), against 1/4 for random pairs
+
+    h = _data.user_item_graph(num_users=50, num_items=30, avg_ratings=4, feat_dim=8,
+                              num_genres=3, seed=2)
+    edge_index = h["user", "rates", "item"].edge_index
+    assert h["user"].x.shape == (50, 8) and h["item"].x.shape == (30, 8)
+    assert int(edge_index[0].max()) < 50 and int(edge_index[1].max()) < 30
+    assert torch.equal(edge_index, _data.user_item_graph(
+        num_users=50, num_items=30, avg_ratings=4, feat_dim=8, num_genres=3,
+        seed=2)["user", "rates", "item"].edge_index)
