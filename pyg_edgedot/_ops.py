@@ -69,6 +69,12 @@ def cuda_buildable() -> Optional[str]:
     if nvcc_path() is None:
         return ("nvcc was not found (set CUDA_HOME to a CUDA toolkit matching "
                 f"torch.version.cuda={torch.version.cuda})")
+    from torch.utils.cpp_extension import CUDA_HOME
+    if not (Path(CUDA_HOME) / "include" / "cuda_runtime.h").exists():
+        # torch guesses CUDA_HOME from nvcc on the PATH (e.g. /usr/local); a guess without the
+        # headers would fail every build attempt, at every import.
+        return (f"CUDA_HOME={CUDA_HOME} has no include/cuda_runtime.h (set CUDA_HOME to the "
+                "CUDA toolkit, e.g. /usr/local/cuda)")
     return None
 
 
