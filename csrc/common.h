@@ -4,7 +4,6 @@
 #include <ATen/ATen.h>
 
 #include <cstdint>
-#include <string>
 
 namespace pyg_edgedot {
 

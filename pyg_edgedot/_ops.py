@@ -107,8 +107,7 @@ def _build(with_cuda: bool, verbose: bool = False) -> str:
                   is_python_module=False, verbose=verbose)
     old_arch = os.environ.get("TORCH_CUDA_ARCH_LIST")
     if with_cuda:
-        kwargs["extra_cuda_cflags"] = ["-O3", "-lineinfo", "-DWITH_CUDA"]
-        kwargs["extra_cflags"] = cflags + ["-DWITH_CUDA"]
+        kwargs["extra_cuda_cflags"] = ["-O3", "-lineinfo"]
         os.environ["TORCH_CUDA_ARCH_LIST"] = _arch_list()
     start = time.time()
     try:

@@ -20,7 +20,12 @@ def _as_plain_index(edge_index) -> Tensor:
 
 def check_inputs(x_src: Tensor, x_dst: Tensor, edge_index: Tensor,
                  op: str = "edge_dot") -> Tuple[Tensor, Tensor]:
-    """Checks shapes, dtypes and devices; returns ``(src_index, dst_index)`` as views."""
+    """Checks shapes, dtypes and devices; returns ``(src_index, dst_index)`` as views.
+
+    The C++ ops check the same at their boundary (csrc/common.h), for direct callers; these
+    checks come first so that users get Python exceptions without relying on C++ exceptions
+    crossing into Python (which crash on some toolchain images: see scripts/throw_bisect.py).
+    """
     for name, x in (("x_src", x_src), ("x_dst", x_dst)):
         if not isinstance(x, Tensor):
             raise TypeError(f"{op}: {name} must be a Tensor (got {type(x).__name__})")
