@@ -30,7 +30,7 @@ from typing import Dict, List, Optional
 
 import torch
 
-from . import _reference
+
 
 NAMESPACE = "pyg_edgedot"
 CSRC = Path(__file__).resolve().parent.parent / "csrc"
@@ -46,10 +46,22 @@ _LIBRARIES: List[torch.library.Library] = []
 
 
 def _sources(with_cuda: bool) -> List[str]:
-    files = [CSRC / "edge_dot.cpp", CSRC / "cpu" / "edge_dot_cpu.cpp"]
+    # csrc/*.cpp hold the schemas (TORCH_LIBRARY / TORCH_LIBRARY_FRAGMENT), csrc/cpu and
+    # csrc/cuda the kernels of each backend.
+    files = sorted(CSRC.glob("*.cpp")) + sorted((CSRC / "cpu").glob("*.cpp"))
     if with_cuda:
-        files.append(CSRC / "cuda" / "edge_dot_cuda.cu")
+        files += sorted((CSRC / "cuda").glob("*.cu"))
     return [str(f) for f in files]
+
+
+# The ops of pyg_edgedot come in groups, one module each. A group module defines
+#   SCHEMAS:  {op name: schema}, the same as its csrc/*.cpp, for when nothing was compiled;
+#   FALLBACK: {op name: pure-PyTorch implementation}, used on a device without a kernel;
+#   register_python_side(): its fake kernels and autograd.
+# Optional: TRITON, {op name: Triton implementation} for CUDA devices without the CUDA kernel.
+def _groups() -> list:
+    from . import _candidates, _core, _relation
+    return [_core, _candidates, _relation]
 
 
 def nvcc_path() -> Optional[str]:
@@ -174,53 +186,25 @@ def load() -> None:
 
 
 def _define_fallback_schemas() -> None:
-    # The same schemas as csrc/edge_dot.cpp, for when that file could not be compiled.
+    # The same schemas as csrc/*.cpp, for when those files could not be compiled.
     lib = torch.library.Library(NAMESPACE, "DEF")
-    lib.define("edge_dot(Tensor x_src, Tensor x_dst, Tensor src_index, Tensor dst_index) "
-               "-> (Tensor out, Tensor first_bad)")
-    lib.define("edge_dot_grad(Tensor grad_out, Tensor x_gather, Tensor scatter_index, "
-               "Tensor gather_index, SymInt num_rows, bool deterministic=False) -> Tensor")
+    for group in _groups():
+        for schema in group.SCHEMAS.values():
+            lib.define(schema)
     _LIBRARIES.append(lib)
 
 
 def _register_fallback(dispatch_key: str) -> None:
     lib = torch.library.Library(NAMESPACE, "IMPL")
-    lib.impl("edge_dot", _reference.edge_dot, dispatch_key)
-    lib.impl("edge_dot_grad", _reference.edge_dot_grad, dispatch_key)
+    for group in _groups():
+        for name, impl in group.FALLBACK.items():
+            lib.impl(name, impl, dispatch_key)
     _LIBRARIES.append(lib)
 
 
 def _register_python_side() -> None:
-    @torch.library.register_fake(f"{NAMESPACE}::edge_dot")
-    def _edge_dot_fake(x_src, x_dst, src_index, dst_index):
-        torch._check(x_src.dim() == 2 and x_dst.dim() == 2)
-        torch._check(src_index.dim() == 1 and dst_index.shape == src_index.shape)
-        return x_src.new_empty(src_index.shape), src_index.new_empty(1, dtype=torch.int64)
-
-    @torch.library.register_fake(f"{NAMESPACE}::edge_dot_grad")
-    def _edge_dot_grad_fake(grad_out, x_gather, scatter_index, gather_index, num_rows,
-                            deterministic=False):
-        torch._check(x_gather.dim() == 2)
-        return x_gather.new_empty((num_rows, x_gather.shape[1]))
-
-    def setup_context(ctx, inputs, output):
-        ctx.save_for_backward(*inputs)
-
-    def backward(ctx, grad_out, _grad_first_bad):
-        x_src, x_dst, src_index, dst_index = ctx.saved_tensors
-        deterministic = torch.are_deterministic_algorithms_enabled()
-        grad_src = grad_dst = None
-        grad_out = grad_out.contiguous()
-        if ctx.needs_input_grad[0]:
-            grad_src = torch.ops.pyg_edgedot.edge_dot_grad(
-                grad_out, x_dst, src_index, dst_index, x_src.shape[0], deterministic)
-        if ctx.needs_input_grad[1]:
-            grad_dst = torch.ops.pyg_edgedot.edge_dot_grad(
-                grad_out, x_src, dst_index, src_index, x_dst.shape[0], deterministic)
-        return grad_src, grad_dst, None, None
-
-    torch.library.register_autograd(f"{NAMESPACE}::edge_dot", backward,
-                                    setup_context=setup_context)
+    for group in _groups():
+        group.register_python_side()
 
 
 def backends() -> Dict[str, str]:
