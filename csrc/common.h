@@ -87,3 +87,56 @@ inline at::Tensor unit_column_stride(const at::Tensor& x) {
 }
 
 }  // namespace pyg_edgedot
+
+namespace pyg_edgedot {
+
+// The extra checks of the relation-weighted forward (edge_dot_rel), at its boundary.
+inline void check_rel_args(const at::Tensor& x_src, const at::Tensor& rel,
+                           const at::Tensor& src_index, const at::Tensor& rel_index) {
+  const char* op = "edge_dot_rel";
+  check_features(op, rel, "rel");
+  TORCH_CHECK_TYPE(rel.scalar_type() == x_src.scalar_type(), op,
+                   ": rel and x_src must have the same dtype (got ", rel.scalar_type(), " and ",
+                   x_src.scalar_type(), ")");
+  TORCH_CHECK_VALUE(rel.device() == x_src.device(), op,
+                    ": rel and x_src must be on the same device (got ", rel.device(), " and ",
+                    x_src.device(), ")");
+  TORCH_CHECK_VALUE(rel.size(1) == x_src.size(1), op,
+                    ": rel and x_src must have the same feature dimension (got ", rel.size(1),
+                    " and ", x_src.size(1), ")");
+  check_index(op, rel_index, "rel_index", x_src, "x_src");
+  TORCH_CHECK_TYPE(rel_index.scalar_type() == src_index.scalar_type(), op,
+                   ": rel_index and src_index must have the same dtype (got ",
+                   rel_index.scalar_type(), " and ", src_index.scalar_type(), ")");
+  TORCH_CHECK_VALUE(rel_index.size(0) == src_index.size(0), op,
+                    ": rel_index and src_index must have the same length (got ",
+                    rel_index.size(0), " and ", src_index.size(0), ")");
+}
+
+// The checks of the three-factor gradient op (edge_dot_rel_grad), at its boundary.
+inline void check_rel_grad_args(const at::Tensor& grad_out, const at::Tensor& x_a,
+                                const at::Tensor& x_b, const at::Tensor& scatter_index,
+                                const at::Tensor& a_index, const at::Tensor& b_index,
+                                int64_t num_rows) {
+  check_edge_dot_grad_args(grad_out, x_b, scatter_index, b_index, num_rows);
+  const char* op = "edge_dot_rel_grad";
+  check_features(op, x_a, "x_a");
+  TORCH_CHECK_TYPE(x_a.scalar_type() == x_b.scalar_type(), op,
+                   ": x_a and x_b must have the same dtype (got ", x_a.scalar_type(), " and ",
+                   x_b.scalar_type(), ")");
+  TORCH_CHECK_VALUE(x_a.device() == x_b.device(), op,
+                    ": x_a and x_b must be on the same device (got ", x_a.device(), " and ",
+                    x_b.device(), ")");
+  TORCH_CHECK_VALUE(x_a.size(1) == x_b.size(1), op,
+                    ": x_a and x_b must have the same feature dimension (got ", x_a.size(1),
+                    " and ", x_b.size(1), ")");
+  check_index(op, a_index, "a_index", x_b, "x_b");
+  TORCH_CHECK_TYPE(a_index.scalar_type() == b_index.scalar_type(), op,
+                   ": a_index and b_index must have the same dtype (got ",
+                   a_index.scalar_type(), " and ", b_index.scalar_type(), ")");
+  TORCH_CHECK_VALUE(a_index.size(0) == b_index.size(0), op,
+                    ": a_index and b_index must have the same length (got ", a_index.size(0),
+                    " and ", b_index.size(0), ")");
+}
+
+}  // namespace pyg_edgedot

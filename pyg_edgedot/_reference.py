@@ -25,13 +25,18 @@ def _acc_dtype(dtype: torch.dtype) -> torch.dtype:
 
 
 def out_of_range_message(
-    op: str, edge: int, src_index: Tensor, dst_index: Tensor, num_src: int, num_dst: int
+    op: str, edge: int, src_index: Tensor, dst_index: Tensor, num_src: int, num_dst: int,
+    rel_index: Optional[Tensor] = None, num_rel: int = 0,
 ) -> str:
-    """The same message the C++ kernels raise, for the first bad edge."""
+    """The message for the first bad edge, naming the argument that holds the bad index."""
     s, d = int(src_index[edge]), int(dst_index[edge])
     if s < 0 or s >= num_src:
         return (f"{op}: edge_index[0] holds an index out of range at edge {edge}: "
                 f"{s} (x_src has {num_src} rows; valid range is [0, {num_src}))")
+    if rel_index is not None and not (d < 0 or d >= num_dst):
+        t = int(rel_index[edge])
+        return (f"{op}: edge_type holds an index out of range at edge {edge}: "
+                f"{t} (rel has {num_rel} rows; valid range is [0, {num_rel}))")
     return (f"{op}: edge_index[1] holds an index out of range at edge {edge}: "
             f"{d} (x_dst has {num_dst} rows; valid range is [0, {num_dst}))")
 
@@ -93,3 +98,50 @@ def edge_dot_grad(grad_out: Tensor, x_gather: Tensor, scatter_index: Tensor,
         contrib = contrib.masked_fill(~(sc_ok & ga_ok).unsqueeze(-1), 0)
         out.index_add_(0, sc, contrib)
     return out.to(x_gather.dtype)
+
+
+def edge_dot_rel(x_src: Tensor, x_dst: Tensor, rel: Tensor, src_index: Tensor,
+                 dst_index: Tensor, rel_index: Tensor) -> Tuple[Tensor, Tensor]:
+    """out[e] = sum_k x_src[s_e, k] * rel[t_e, k] * x_dst[d_e, k], in chunks."""
+    num_edges = src_index.numel()
+    num_src, num_dst, num_rel = x_src.size(0), x_dst.size(0), rel.size(0)
+    out = torch.empty(num_edges, dtype=x_src.dtype, device=x_src.device)
+    first_bad = torch.full((1,), -1, dtype=torch.int64, device=x_src.device)
+    acc = _acc_dtype(x_src.dtype)
+    step = _chunk_size(x_src.size(1))
+    for start in range(0, num_edges, step):
+        src_ok, src = _valid_and_clamped(src_index[start:start + step], num_src)
+        dst_ok, dst = _valid_and_clamped(dst_index[start:start + step], num_dst)
+        rel_ok, typ = _valid_and_clamped(rel_index[start:start + step], num_rel)
+        ok = src_ok & dst_ok & rel_ok
+        if num_src == 0 or num_dst == 0 or num_rel == 0:
+            score = torch.full(ok.shape, float("nan"), dtype=acc, device=out.device)
+        else:
+            score = (x_src[src].to(acc) * rel[typ].to(acc) * x_dst[dst].to(acc)).sum(-1)
+            score = score.masked_fill(~ok, float("nan"))
+        out[start:start + step] = score.to(out.dtype)
+        if bool(first_bad < 0) and not bool(ok.all()):
+            first_bad.fill_(start + int((~ok).nonzero()[0, 0]))
+    return out, first_bad
+
+
+def edge_dot_rel_grad(grad_out: Tensor, x_a: Tensor, x_b: Tensor, scatter_index: Tensor,
+                      a_index: Tensor, b_index: Tensor, num_rows: int,
+                      deterministic: bool = False) -> Tensor:
+    """out[scatter[e], :] += grad_out[e] * x_a[a_index[e], :] * x_b[b_index[e], :], chunked."""
+    feat_dim = x_b.size(1)
+    acc = _acc_dtype(x_b.dtype)
+    out = torch.zeros(num_rows, feat_dim, dtype=acc, device=x_b.device)
+    num_edges = scatter_index.numel()
+    if num_edges == 0 or num_rows == 0 or x_a.size(0) == 0 or x_b.size(0) == 0:
+        return out.to(x_b.dtype)
+    step = _chunk_size(feat_dim)
+    for start in range(0, num_edges, step):
+        sc_ok, sc = _valid_and_clamped(scatter_index[start:start + step], num_rows)
+        a_ok, a = _valid_and_clamped(a_index[start:start + step], x_a.size(0))
+        b_ok, b = _valid_and_clamped(b_index[start:start + step], x_b.size(0))
+        weight = grad_out[start:start + step].to(acc).unsqueeze(-1)
+        contrib = weight * x_a[a].to(acc) * x_b[b].to(acc)
+        contrib = contrib.masked_fill(~(sc_ok & a_ok & b_ok).unsqueeze(-1), 0)
+        out.index_add_(0, sc, contrib)
+    return out.to(x_b.dtype)

@@ -1,5 +1,5 @@
 """``edge_dot``: argument checks, then the registered op."""
-from typing import Tuple
+from typing import Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -59,8 +59,50 @@ def check_inputs(x_src: Tensor, x_dst: Tensor, edge_index: Tensor,
     return edge_index[0], edge_index[1]
 
 
-def edge_dot(x_src: Tensor, x_dst: Tensor, edge_index: Tensor, *,
-             validate: bool = True) -> Tensor:
+def check_relation(x_src: Tensor, edge_index: Tensor, rel: Optional[Tensor],
+                   edge_type: Optional[Tensor], op: str = "edge_dot") -> Tuple[Tensor, Tensor]:
+    """Checks ``rel`` and ``edge_type``; returns ``(rel [R, D], rel_index [E])``."""
+    num_edges = edge_index.size(1)
+    if rel is None:
+        raise ValueError(f"{op}: edge_type was given without rel; pass rel=[R, D] relation "
+                         "vectors too")
+    if not isinstance(rel, Tensor):
+        raise TypeError(f"{op}: rel must be a Tensor (got {type(rel).__name__})")
+    if rel.dim() == 1 and edge_type is None:
+        rel = rel.unsqueeze(0)
+    if rel.dim() != 2:
+        raise ValueError(f"{op}: rel must be 2-D [num_relations, feat_dim] (or 1-D [feat_dim] "
+                         f"without edge_type) (got shape {tuple(rel.shape)})")
+    if rel.dtype != x_src.dtype:
+        raise TypeError(f"{op}: rel and x_src must have the same dtype "
+                        f"(got {rel.dtype} and {x_src.dtype})")
+    if rel.device != x_src.device:
+        raise ValueError(f"{op}: rel and x_src must be on the same device "
+                         f"(got {rel.device} and {x_src.device})")
+    if rel.size(1) != x_src.size(1):
+        raise ValueError(f"{op}: rel and x_src must have the same feature dimension "
+                         f"(got {rel.size(1)} and {x_src.size(1)})")
+    if edge_type is None:
+        if rel.size(0) != 1:
+            raise ValueError(f"{op}: rel has {rel.size(0)} relations, so edge_type [E] is "
+                             "required to say which one each edge uses")
+        # One relation for every edge: a stride-0 view, no [E] index is materialized.
+        return rel, edge_index.new_zeros(1).expand(num_edges)
+    if not isinstance(edge_type, Tensor):
+        raise TypeError(f"{op}: edge_type must be a Tensor (got {type(edge_type).__name__})")
+    if edge_type.dim() != 1 or edge_type.size(0) != num_edges:
+        raise ValueError(f"{op}: edge_type must have shape [E] = [{num_edges}] "
+                         f"(got {tuple(edge_type.shape)})")
+    if edge_type.dtype not in INDEX_DTYPES:
+        raise TypeError(f"{op}: edge_type must be int64 or int32 (got {edge_type.dtype})")
+    if edge_type.device != x_src.device:
+        raise ValueError(f"{op}: x_src and edge_type must be on the same device "
+                         f"(got {x_src.device} and {edge_type.device})")
+    return rel, edge_type.to(edge_index.dtype)
+
+
+def edge_dot(x_src: Tensor, x_dst: Tensor, edge_index: Tensor, rel: Optional[Tensor] = None,
+             edge_type: Optional[Tensor] = None, *, validate: bool = True) -> Tensor:
     r"""Scores each edge by the dot product of its endpoint features, in one fused pass.
 
     .. math::
@@ -72,6 +114,15 @@ def edge_dot(x_src: Tensor, x_dst: Tensor, edge_index: Tensor, *,
     Differentiable in ``x_src`` and ``x_dst``; only the gradients that are needed are
     computed. The backward is deterministic on every backend (bitwise equal run to run).
 
+    With ``rel``, each edge is scored through a relation vector (DistMult):
+
+    .. math::
+        \mathrm{out}_e = \sum_{k} x^{src}_{s_e, k} \, r_{t_e, k} \, x^{dst}_{d_e, k},
+        \qquad t_e = \mathrm{edge\_type}[e]
+
+    the same as ``(x_src[src] * rel[edge_type] * x_dst[dst]).sum(-1)``, fused, and
+    differentiable in ``rel`` as well.
+
     Args:
         x_src (Tensor): source features ``[N_src, D]``; float32, float64, float16 or
             bfloat16. Any row stride; a column stride other than 1 costs one copy.
@@ -79,6 +130,10 @@ def edge_dot(x_src: Tensor, x_dst: Tensor, edge_index: Tensor, *,
             May be the same tensor as ``x_src``.
         edge_index (Tensor): ``[2, E]`` int64 or int32 (a plain tensor or PyG's
             ``EdgeIndex``; any strides). Row 0 indexes ``x_src``, row 1 ``x_dst``.
+        rel (Tensor, optional): relation vectors ``[R, D]`` (same dtype and device), or
+            one vector ``[D]`` used for every edge.
+        edge_type (Tensor, optional): ``[E]`` int64 or int32, the row of ``rel`` each edge
+            uses; required when ``R > 1`` (converted to ``edge_index``'s dtype if it differs).
         validate (bool): raise ``IndexError`` naming the first edge whose index is out
             of range (negative or too large). The kernel always checks bounds as it reads
             and records the first bad edge; ``validate`` only decides whether the host
@@ -97,11 +152,18 @@ def edge_dot(x_src: Tensor, x_dst: Tensor, edge_index: Tensor, *,
             no cost). IndexError: an index out of range (see ``validate``).
     """
     src_index, dst_index = check_inputs(x_src, x_dst, edge_index)
-    out, first_bad = torch.ops.pyg_edgedot.edge_dot(x_src, x_dst, src_index, dst_index)
+    rel_index = None
+    if rel is None and edge_type is None:
+        out, first_bad = torch.ops.pyg_edgedot.edge_dot(x_src, x_dst, src_index, dst_index)
+    else:
+        rel, rel_index = check_relation(x_src, _as_plain_index(edge_index), rel, edge_type)
+        out, first_bad = torch.ops.pyg_edgedot.edge_dot_rel(x_src, x_dst, rel, src_index,
+                                                            dst_index, rel_index)
     if validate and not torch.compiler.is_compiling() and not (
             first_bad.is_cuda and torch.cuda.is_current_stream_capturing()):
         bad = int(first_bad.item())
         if bad >= 0:
-            raise IndexError(out_of_range_message("edge_dot", bad, src_index, dst_index,
-                                                  x_src.size(0), x_dst.size(0)))
+            raise IndexError(out_of_range_message(
+                "edge_dot", bad, src_index, dst_index, x_src.size(0), x_dst.size(0),
+                rel_index, 0 if rel is None else rel.size(0)))
     return out

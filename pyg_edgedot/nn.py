@@ -1,12 +1,14 @@
 """``EdgeDotScore``: a PyG-style module around :func:`pyg_edgedot.edge_dot`."""
-from typing import Tuple, Union
+from typing import Any, Dict, Mapping, Optional, Tuple, Union
 
 import torch
 from torch import Tensor
+from torch.nn import Parameter
 
 from .functional import edge_dot
 
 PairTensor = Tuple[Tensor, Tensor]
+EdgeType = Tuple[str, str, str]
 
 
 class EdgeDotScore(torch.nn.Module):
@@ -21,31 +23,115 @@ class EdgeDotScore(torch.nn.Module):
     :class:`torch_geometric.nn.models.InnerProductDecoder` ``.forward(z, edge_index,
     sigmoid)``: same scores and gradients, computed by one fused kernel in O(E) memory.
 
+    With ``num_relations=R`` and ``channels=D`` the module holds learnable relation vectors
+    ``rel`` of shape ``[R, D]`` and scores DistMult-style,
+    :math:`\sum_k x^{src}_{s_e,k}\, r_{t_e,k}\, x^{dst}_{d_e,k}` with :math:`t_e` the
+    edge's type, fused in one kernel with gradients for the features and for ``rel``.
+
+    Heterogeneous graphs: pass ``x_dict`` and ``edge_label_index_dict`` (as produced by
+    ``to_hetero`` models and ``HeteroData``) to get a dict of scores keyed by edge type
+    ``(src_type, relation, dst_type)``; each entry scores ``x_dict[src_type]`` against
+    ``x_dict[dst_type]``.
+
     Args:
         sigmoid (bool): return probabilities instead of logits. Keep the default
             (logits) for training with ``BCEWithLogitsLoss``.
+        num_relations (int, optional): number of relation vectors; needs ``channels``.
+        channels (int, optional): their dimension ``D`` (the embedding size).
 
     Shapes:
         - **x**: node features :math:`(N, D)`, or a pair :math:`((N_{src}, D),
           (N_{dst}, D))` for bipartite and heterogeneous graphs, e.g.
-          ``(x_dict['user'], x_dict['movie'])``.
+          ``(x_dict['user'], x_dict['movie'])``, or a dict ``{node_type: (N_t, D)}``.
         - **edge_label_index**: :math:`(2, E)` int64 or int32; row 0 indexes the source
-          nodes, row 1 the destination nodes.
-        - **output**: :math:`(E,)`, in the dtype of ``x``.
+          nodes, row 1 the destination nodes. A dict ``{edge_type: (2, E_t)}`` with a dict
+          ``x``.
+        - **edge_type** (with relations only): :math:`(E,)` int64 or int32, or one ``int``
+          for every edge; optional when ``num_relations == 1``. With dict inputs, a dict
+          ``{edge_type: (E_t,) tensor or int}``.
+        - **output**: :math:`(E,)` in the dtype of ``x``, or a dict of them.
     """
 
-    def __init__(self, sigmoid: bool = False) -> None:
+    def __init__(self, sigmoid: bool = False, num_relations: Optional[int] = None,
+                 channels: Optional[int] = None) -> None:
         super().__init__()
         self.sigmoid = sigmoid
+        if (num_relations is None) != (channels is None):
+            raise ValueError("EdgeDotScore: num_relations and channels go together (got "
+                             f"num_relations={num_relations}, channels={channels})")
+        if num_relations is not None:
+            if int(num_relations) < 1 or int(channels) < 1:
+                raise ValueError("EdgeDotScore: num_relations and channels must be >= 1 (got "
+                                 f"num_relations={num_relations}, channels={channels})")
+            self.num_relations, self.channels = int(num_relations), int(channels)
+            self.rel = Parameter(torch.empty(self.num_relations, self.channels))
+        else:
+            self.num_relations = self.channels = None
+            self.register_parameter("rel", None)
+        self.reset_parameters()
 
-    def forward(self, x: Union[Tensor, PairTensor], edge_label_index: Tensor) -> Tensor:
+    def reset_parameters(self) -> None:
+        """Xavier-uniform relation vectors, as PyG's ``DistMult`` initializes its own."""
+        if self.rel is not None:
+            torch.nn.init.xavier_uniform_(self.rel)
+
+    def _score(self, x_src: Tensor, x_dst: Tensor, edge_label_index: Tensor,
+               edge_type: Any) -> Tensor:
+        if self.rel is None:
+            if edge_type is not None:
+                raise ValueError("EdgeDotScore: edge_type needs relation vectors; construct "
+                                 "EdgeDotScore(num_relations=R, channels=D)")
+            return edge_dot(x_src, x_dst, edge_label_index)
+        rel = self.rel if self.rel.dtype == x_src.dtype else self.rel.to(x_src.dtype)
+        if isinstance(edge_type, int):
+            if not 0 <= edge_type < self.num_relations:
+                raise IndexError(f"EdgeDotScore: edge_type={edge_type} is out of range "
+                                 f"(num_relations={self.num_relations})")
+            return edge_dot(x_src, x_dst, edge_label_index, rel[edge_type])
+        return edge_dot(x_src, x_dst, edge_label_index, rel, edge_type)
+
+    def forward(self, x: Union[Tensor, PairTensor, Mapping[str, Tensor]],
+                edge_label_index: Union[Tensor, Mapping[EdgeType, Tensor]],
+                edge_type: Any = None) -> Union[Tensor, Dict[EdgeType, Tensor]]:
+        if isinstance(x, Mapping):
+            return self._forward_dict(x, edge_label_index, edge_type)
         if isinstance(x, Tensor):
             x = (x, x)
         if not (isinstance(x, (tuple, list)) and len(x) == 2):
-            raise TypeError("EdgeDotScore: x must be a Tensor or a pair (x_src, x_dst) "
-                            f"(got {type(x).__name__})")
-        out = edge_dot(x[0], x[1], edge_label_index)
+            raise TypeError("EdgeDotScore: x must be a Tensor, a pair (x_src, x_dst) or a "
+                            f"dict of node features (got {type(x).__name__})")
+        if isinstance(edge_label_index, Mapping):
+            raise TypeError("EdgeDotScore: edge_label_index is a dict, so x must be a dict "
+                            "of node features too")
+        out = self._score(x[0], x[1], edge_label_index, edge_type)
         return out.sigmoid() if self.sigmoid else out
 
+    def _forward_dict(self, x_dict: Mapping[str, Tensor], edge_label_index_dict: Any,
+                      edge_type_dict: Any) -> Dict[EdgeType, Tensor]:
+        if not isinstance(edge_label_index_dict, Mapping):
+            raise TypeError("EdgeDotScore: x is a dict of node features, so edge_label_index "
+                            "must be a dict {(src_type, relation, dst_type): [2, E]} (got "
+                            f"{type(edge_label_index_dict).__name__})")
+        if edge_type_dict is not None and not isinstance(edge_type_dict, Mapping):
+            raise TypeError("EdgeDotScore: with dict inputs, edge_type must be a dict "
+                            "{edge_type: [E] tensor or int} (got "
+                            f"{type(edge_type_dict).__name__})")
+        out = {}
+        for key, index in edge_label_index_dict.items():
+            if not (isinstance(key, tuple) and len(key) == 3):
+                raise ValueError("EdgeDotScore: edge_label_index keys must be edge types "
+                                 f"(src_type, relation, dst_type) (got {key!r})")
+            src_type, _, dst_type = key
+            for node_type in (src_type, dst_type):
+                if node_type not in x_dict:
+                    raise KeyError(f"EdgeDotScore: edge type {key} needs x[{node_type!r}], "
+                                   f"which x does not have (it has {sorted(x_dict)})")
+            types = None if edge_type_dict is None else edge_type_dict.get(key)
+            score = self._score(x_dict[src_type], x_dict[dst_type], index, types)
+            out[key] = score.sigmoid() if self.sigmoid else score
+        return out
+
     def __repr__(self) -> str:
-        return f"{self.__class__.__name__}(sigmoid={self.sigmoid})"
+        extra = (f", num_relations={self.num_relations}, channels={self.channels}"
+                 if self.rel is not None else "")
+        return f"{self.__class__.__name__}(sigmoid={self.sigmoid}{extra})"

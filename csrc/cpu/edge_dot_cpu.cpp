@@ -27,16 +27,41 @@ inline acc_t row_dot(const scalar_t* a, const scalar_t* b, int64_t n) {
   return ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
 }
 
+// The same with a third row: sum_k a[k] * r[k] * b[k] (relation-weighted, DistMult).
+template <typename scalar_t, typename acc_t>
+inline acc_t row_dot3(const scalar_t* a, const scalar_t* r, const scalar_t* b, int64_t n) {
+  acc_t part[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t k = 0;
+  for (; k + 8 <= n; k += 8) {
+    for (int j = 0; j < 8; ++j) {
+      part[j] += static_cast<acc_t>(a[k + j]) * static_cast<acc_t>(r[k + j]) *
+                 static_cast<acc_t>(b[k + j]);
+    }
+  }
+  for (; k < n; ++k) {
+    part[0] += static_cast<acc_t>(a[k]) * static_cast<acc_t>(r[k]) * static_cast<acc_t>(b[k]);
+  }
+  return ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
+}
+
 // One task per range of edges; each edge reads its two rows once and writes one score.
+// rel / rel_index undefined: the plain dot product.
 template <typename scalar_t, typename index_t>
 void edge_dot_cpu_impl(const at::Tensor& x_src, const at::Tensor& x_dst,
                        const at::Tensor& src_index, const at::Tensor& dst_index,
+                       const at::Tensor& rel, const at::Tensor& rel_index,
                        at::Tensor& out, std::atomic<int64_t>& first_bad) {
   using acc_t = at::opmath_type<scalar_t>;
   const scalar_t* src_rows = x_src.const_data_ptr<scalar_t>();  // [N_src, D], row stride
   const scalar_t* dst_rows = x_dst.const_data_ptr<scalar_t>();  // [N_dst, D], row stride
   const index_t* src_ptr = src_index.const_data_ptr<index_t>();  // [E], strided
   const index_t* dst_ptr = dst_index.const_data_ptr<index_t>();  // [E], strided
+  const bool has_rel = rel.defined();
+  const scalar_t* rel_rows = has_rel ? rel.const_data_ptr<scalar_t>() : nullptr;  // [R, D]
+  const index_t* rel_ptr = has_rel ? rel_index.const_data_ptr<index_t>() : nullptr;  // [E]
+  const int64_t rel_row_stride = has_rel ? rel.stride(0) : 0;
+  const int64_t rel_stride = has_rel ? rel_index.stride(0) : 0;
+  const int64_t num_rel = has_rel ? rel.size(0) : 1;
   scalar_t* out_ptr = out.mutable_data_ptr<scalar_t>();          // [E]
   const int64_t src_row_stride = x_src.stride(0), dst_row_stride = x_dst.stride(0);
   const int64_t src_stride = src_index.stride(0), dst_stride = dst_index.stride(0);
@@ -50,31 +75,38 @@ void edge_dot_cpu_impl(const at::Tensor& x_src, const at::Tensor& x_dst,
     for (int64_t e = begin; e < end; ++e) {
       const int64_t s = static_cast<int64_t>(src_ptr[e * src_stride]);
       const int64_t d = static_cast<int64_t>(dst_ptr[e * dst_stride]);
-      if (s < 0 || s >= num_src || d < 0 || d >= num_dst) {
+      const int64_t t = has_rel ? static_cast<int64_t>(rel_ptr[e * rel_stride]) : 0;
+      if (s < 0 || s >= num_src || d < 0 || d >= num_dst || t < 0 || t >= num_rel) {
         out_ptr[e] = nan;
         int64_t seen = first_bad.load();
         while (e < seen && !first_bad.compare_exchange_weak(seen, e)) {
         }
         continue;
       }
-      out_ptr[e] = static_cast<scalar_t>(row_dot<scalar_t, acc_t>(
-          src_rows + s * src_row_stride, dst_rows + d * dst_row_stride, feat_dim));
+      const scalar_t* a = src_rows + s * src_row_stride;
+      const scalar_t* b = dst_rows + d * dst_row_stride;
+      out_ptr[e] = static_cast<scalar_t>(
+          has_rel ? row_dot3<scalar_t, acc_t>(a, rel_rows + t * rel_row_stride, b, feat_dim)
+                  : row_dot<scalar_t, acc_t>(a, b, feat_dim));
     }
   });
 }
 
-std::tuple<at::Tensor, at::Tensor> edge_dot_cpu(const at::Tensor& x_src_in,
-                                                const at::Tensor& x_dst_in,
-                                                const at::Tensor& src_index,
-                                                const at::Tensor& dst_index) {
-  check_edge_dot_args(x_src_in, x_dst_in, src_index, dst_index);
+std::tuple<at::Tensor, at::Tensor> edge_dot_cpu_any(const at::Tensor& x_src_in,
+                                                    const at::Tensor& x_dst_in,
+                                                    const at::Tensor& rel_in,
+                                                    const at::Tensor& src_index,
+                                                    const at::Tensor& dst_index,
+                                                    const at::Tensor& rel_index) {
   const at::Tensor x_src = unit_column_stride(x_src_in);
   const at::Tensor x_dst = unit_column_stride(x_dst_in);
+  const at::Tensor rel = rel_in.defined() ? unit_column_stride(rel_in) : rel_in;
   at::Tensor out = at::empty({src_index.size(0)}, x_src.options());
   std::atomic<int64_t> first_bad{std::numeric_limits<int64_t>::max()};
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x_src.scalar_type(), "edge_dot_cpu", [&] {
     AT_DISPATCH_INDEX_TYPES(src_index.scalar_type(), "edge_dot_cpu", [&] {
-      edge_dot_cpu_impl<scalar_t, index_t>(x_src, x_dst, src_index, dst_index, out, first_bad);
+      edge_dot_cpu_impl<scalar_t, index_t>(x_src, x_dst, src_index, dst_index, rel, rel_index,
+                                           out, first_bad);
     });
   });
   const int64_t bad = first_bad.load();
@@ -82,17 +114,45 @@ std::tuple<at::Tensor, at::Tensor> edge_dot_cpu(const at::Tensor& x_src_in,
   return {out, at::full({1}, first, src_index.options().dtype(at::kLong))};
 }
 
+std::tuple<at::Tensor, at::Tensor> edge_dot_cpu(const at::Tensor& x_src,
+                                                const at::Tensor& x_dst,
+                                                const at::Tensor& src_index,
+                                                const at::Tensor& dst_index) {
+  check_edge_dot_args(x_src, x_dst, src_index, dst_index);
+  return edge_dot_cpu_any(x_src, x_dst, at::Tensor(), src_index, dst_index, at::Tensor());
+}
+
+std::tuple<at::Tensor, at::Tensor> edge_dot_rel_cpu(const at::Tensor& x_src,
+                                                    const at::Tensor& x_dst,
+                                                    const at::Tensor& rel,
+                                                    const at::Tensor& src_index,
+                                                    const at::Tensor& dst_index,
+                                                    const at::Tensor& rel_index) {
+  check_edge_dot_args(x_src, x_dst, src_index, dst_index);
+  check_rel_args(x_src, rel, src_index, rel_index);
+  return edge_dot_cpu_any(x_src, x_dst, rel, src_index, dst_index, rel_index);
+}
+
+// out[scatter[e], :] += grad[e] * (x_other[other[e], :] *) x_gather[gather[e], :], the
+// bracketed factor only when x_other is defined (the relation-weighted gradients).
 // Parallel over blocks of columns, serial over edges within a block: each output element is
 // summed by one thread in edge order, so the result is deterministic without atomics.
 template <typename scalar_t, typename index_t>
 void edge_dot_grad_cpu_impl(const at::Tensor& grad_out, const at::Tensor& x_gather,
                             const at::Tensor& scatter_index, const at::Tensor& gather_index,
+                            const at::Tensor& x_other, const at::Tensor& other_index,
                             at::Tensor& acc /* [num_rows, D] opmath, zeroed */) {
   using acc_t = at::opmath_type<scalar_t>;
   const scalar_t* grad_ptr = grad_out.const_data_ptr<scalar_t>();   // [E], strided
   const scalar_t* rows = x_gather.const_data_ptr<scalar_t>();       // [N_gather, D], row stride
   const index_t* scatter_ptr = scatter_index.const_data_ptr<index_t>();  // [E], strided
   const index_t* gather_ptr = gather_index.const_data_ptr<index_t>();    // [E], strided
+  const bool triple = x_other.defined();
+  const scalar_t* other_rows = triple ? x_other.const_data_ptr<scalar_t>() : nullptr;
+  const index_t* other_ptr = triple ? other_index.const_data_ptr<index_t>() : nullptr;
+  const int64_t other_row_stride = triple ? x_other.stride(0) : 0;
+  const int64_t other_stride = triple ? other_index.stride(0) : 0;
+  const int64_t num_other = triple ? x_other.size(0) : 1;
   acc_t* acc_ptr = acc.mutable_data_ptr<acc_t>();                   // [num_rows, D]
   const int64_t grad_stride = grad_out.stride(0), row_stride = x_gather.stride(0);
   const int64_t scatter_stride = scatter_index.stride(0), gather_stride = gather_index.stride(0);
@@ -107,31 +167,59 @@ void edge_dot_grad_cpu_impl(const at::Tensor& grad_out, const at::Tensor& x_gath
     for (int64_t e = 0; e < num_edges; ++e) {
       const int64_t s = static_cast<int64_t>(scatter_ptr[e * scatter_stride]);
       const int64_t g = static_cast<int64_t>(gather_ptr[e * gather_stride]);
-      if (s < 0 || s >= num_rows || g < 0 || g >= num_gather) continue;
+      const int64_t o = triple ? static_cast<int64_t>(other_ptr[e * other_stride]) : 0;
+      if (s < 0 || s >= num_rows || g < 0 || g >= num_gather || o < 0 || o >= num_other) {
+        continue;
+      }
       const acc_t weight = static_cast<acc_t>(grad_ptr[e * grad_stride]);
       const scalar_t* row = rows + g * row_stride;
       acc_t* target = acc_ptr + s * feat_dim;
-      for (int64_t k = k0; k < k1; ++k) target[k] += weight * static_cast<acc_t>(row[k]);
+      if (triple) {
+        const scalar_t* other = other_rows + o * other_row_stride;
+        for (int64_t k = k0; k < k1; ++k) {
+          target[k] += weight * static_cast<acc_t>(other[k]) * static_cast<acc_t>(row[k]);
+        }
+      } else {
+        for (int64_t k = k0; k < k1; ++k) target[k] += weight * static_cast<acc_t>(row[k]);
+      }
     }
   });
 }
 
-at::Tensor edge_dot_grad_cpu(const at::Tensor& grad_out, const at::Tensor& x_gather_in,
-                             const at::Tensor& scatter_index, const at::Tensor& gather_index,
-                             int64_t num_rows, bool deterministic) {
-  (void)deterministic;  // always deterministic on the CPU
-  check_edge_dot_grad_args(grad_out, x_gather_in, scatter_index, gather_index, num_rows);
+at::Tensor edge_dot_grad_cpu_any(const at::Tensor& grad_out, const at::Tensor& x_gather_in,
+                                 const at::Tensor& scatter_index, const at::Tensor& gather_index,
+                                 const at::Tensor& x_other_in, const at::Tensor& other_index,
+                                 int64_t num_rows) {
   const at::Tensor x_gather = unit_column_stride(x_gather_in);
+  const at::Tensor x_other = x_other_in.defined() ? unit_column_stride(x_other_in) : x_other_in;
   const auto acc_type = at::toOpMathType(x_gather.scalar_type());
   at::Tensor acc = at::zeros({num_rows, x_gather.size(1)}, x_gather.options().dtype(acc_type));
   if (acc.numel() == 0 || grad_out.numel() == 0) return acc.to(x_gather.scalar_type());
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x_gather.scalar_type(), "edge_dot_grad_cpu", [&] {
     AT_DISPATCH_INDEX_TYPES(scatter_index.scalar_type(), "edge_dot_grad_cpu", [&] {
       edge_dot_grad_cpu_impl<scalar_t, index_t>(grad_out, x_gather, scatter_index,
-                                                gather_index, acc);
+                                                gather_index, x_other, other_index, acc);
     });
   });
   return acc.scalar_type() == x_gather.scalar_type() ? acc : acc.to(x_gather.scalar_type());
+}
+
+at::Tensor edge_dot_grad_cpu(const at::Tensor& grad_out, const at::Tensor& x_gather,
+                             const at::Tensor& scatter_index, const at::Tensor& gather_index,
+                             int64_t num_rows, bool deterministic) {
+  (void)deterministic;  // always deterministic on the CPU
+  check_edge_dot_grad_args(grad_out, x_gather, scatter_index, gather_index, num_rows);
+  return edge_dot_grad_cpu_any(grad_out, x_gather, scatter_index, gather_index, at::Tensor(),
+                               at::Tensor(), num_rows);
+}
+
+at::Tensor edge_dot_rel_grad_cpu(const at::Tensor& grad_out, const at::Tensor& x_a,
+                                 const at::Tensor& x_b, const at::Tensor& scatter_index,
+                                 const at::Tensor& a_index, const at::Tensor& b_index,
+                                 int64_t num_rows, bool deterministic) {
+  (void)deterministic;  // always deterministic on the CPU
+  check_rel_grad_args(grad_out, x_a, x_b, scatter_index, a_index, b_index, num_rows);
+  return edge_dot_grad_cpu_any(grad_out, x_b, scatter_index, b_index, x_a, a_index, num_rows);
 }
 
 }  // namespace
@@ -139,6 +227,8 @@ at::Tensor edge_dot_grad_cpu(const at::Tensor& grad_out, const at::Tensor& x_gat
 TORCH_LIBRARY_IMPL(pyg_edgedot, CPU, m) {
   m.impl("edge_dot", &edge_dot_cpu);
   m.impl("edge_dot_grad", &edge_dot_grad_cpu);
+  m.impl("edge_dot_rel", &edge_dot_rel_cpu);
+  m.impl("edge_dot_rel_grad", &edge_dot_rel_grad_cpu);
 }
 
 }  // namespace pyg_edgedot

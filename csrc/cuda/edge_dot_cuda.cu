@@ -21,6 +21,7 @@
 #include <cub/cub.cuh>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <limits>
 
@@ -95,12 +96,17 @@ inline bool rows_vectorizable(const at::Tensor& x, int vec) {
 // by shuffle, each lane loads 16-byte pieces of the 2 * EPG rows, and the group reduces.
 // Lane l keeps the score of edge l, so the chunk's 32 scores are stored in one coalesced
 // write. Every loop is warp-uniform, so the full-mask shuffles are safe.
-template <typename scalar_t, typename index_t, int VEC, int EPG>
+//
+// With REL, each product also takes the edge's relation row: sum_k a[k] * r[k] * b[k]
+// (DistMult). The relation table is small, so its rows come from L1/L2.
+template <typename scalar_t, typename index_t, int VEC, int EPG, bool REL>
 __global__ void __launch_bounds__(kThreads) edge_dot_fwd_kernel(
     const scalar_t* __restrict__ x_src, int64_t src_row_stride, int64_t num_src,  // [N_src, D]
     const scalar_t* __restrict__ x_dst, int64_t dst_row_stride, int64_t num_dst,  // [N_dst, D]
+    const scalar_t* __restrict__ rel, int64_t rel_row_stride, int64_t num_rel,    // [R, D]
     const index_t* __restrict__ src_index, int64_t src_index_stride,              // [E]
     const index_t* __restrict__ dst_index, int64_t dst_index_stride,              // [E]
+    const index_t* __restrict__ rel_index, int64_t rel_index_stride,              // [E]
     scalar_t* __restrict__ out,                                                   // [E]
     unsigned long long* __restrict__ first_bad,  // [1]: smallest bad edge, or all ones
     int64_t num_edges, int64_t feat_dim, int group_size) {
@@ -112,21 +118,24 @@ __global__ void __launch_bounds__(kThreads) edge_dot_fwd_kernel(
   const int group_first_edge = lane_in_warp - lane;  // edges [first, first + G) of the chunk
   const int batch = EPG < group_size ? EPG : group_size;
 
-  auto load_index = [&](int64_t e, int64_t& s, int64_t& d) {
+  auto load_index = [&](int64_t e, int64_t& s, int64_t& d, int64_t& t) {
     s = d = -1;
+    t = 0;
     if (e < num_edges) {
       s = static_cast<int64_t>(src_index[e * src_index_stride]);
       d = static_cast<int64_t>(dst_index[e * dst_index_stride]);
+      if constexpr (REL) t = static_cast<int64_t>(rel_index[e * rel_index_stride]);
     }
   };
-  int64_t next_s, next_d;
-  load_index(warp * kWarp + lane_in_warp, next_s, next_d);
+  int64_t next_s, next_d, next_t;
+  load_index(warp * kWarp + lane_in_warp, next_s, next_d, next_t);
 
   for (int64_t chunk = warp * kWarp; chunk < num_edges; chunk += warp_stride) {
-    const int64_t my_s = next_s, my_d = next_d;
-    load_index(chunk + warp_stride + lane_in_warp, next_s, next_d);  // prefetch
+    const int64_t my_s = next_s, my_d = next_d, my_t = next_t;
+    load_index(chunk + warp_stride + lane_in_warp, next_s, next_d, next_t);  // prefetch
     const int64_t my_edge = chunk + lane_in_warp;
-    const bool my_valid = my_s >= 0 && my_s < num_src && my_d >= 0 && my_d < num_dst;
+    const bool my_valid = my_s >= 0 && my_s < num_src && my_d >= 0 && my_d < num_dst &&
+                          my_t >= 0 && my_t < num_rel;
     if (!my_valid && my_edge < num_edges) {
       atomicMin(first_bad, static_cast<unsigned long long>(my_edge));
     }
@@ -135,6 +144,7 @@ __global__ void __launch_bounds__(kThreads) edge_dot_fwd_kernel(
     for (int t0 = 0; t0 < group_size; t0 += batch) {
       const scalar_t* src_row[EPG];
       const scalar_t* dst_row[EPG];
+      const scalar_t* rel_row[REL ? EPG : 1];
       bool valid[EPG];
       acc_t acc[EPG];
 #pragma unroll
@@ -142,19 +152,24 @@ __global__ void __launch_bounds__(kThreads) edge_dot_fwd_kernel(
         const int source_lane = group_first_edge + t0 + (j < batch ? j : 0);
         const int64_t s = __shfl_sync(0xffffffffu, my_s, source_lane);
         const int64_t d = __shfl_sync(0xffffffffu, my_d, source_lane);
-        valid[j] = j < batch && s >= 0 && s < num_src && d >= 0 && d < num_dst;
+        int64_t t = 0;
+        if constexpr (REL) t = __shfl_sync(0xffffffffu, my_t, source_lane);
+        valid[j] = j < batch && s >= 0 && s < num_src && d >= 0 && d < num_dst && t >= 0 &&
+                   t < num_rel;
         src_row[j] = x_src + (valid[j] ? s : 0) * src_row_stride;
         dst_row[j] = x_dst + (valid[j] ? d : 0) * dst_row_stride;
+        if constexpr (REL) rel_row[j] = rel + (valid[j] ? t : 0) * rel_row_stride;
         acc[j] = acc_t(0);
       }
       for (int64_t k = static_cast<int64_t>(lane) * VEC; k < feat_dim;
            k += static_cast<int64_t>(group_size) * VEC) {
-        scalar_t a[EPG][VEC], b[EPG][VEC];
+        scalar_t a[EPG][VEC], b[EPG][VEC], r[REL ? EPG : 1][VEC];
 #pragma unroll
         for (int j = 0; j < EPG; ++j) {
           if (valid[j]) {
             load_vec<VEC>(src_row[j] + k, a[j]);
             load_vec<VEC>(dst_row[j] + k, b[j]);
+            if constexpr (REL) load_vec<VEC>(rel_row[j] + k, r[j]);
           }
         }
 #pragma unroll
@@ -162,7 +177,12 @@ __global__ void __launch_bounds__(kThreads) edge_dot_fwd_kernel(
           if (valid[j]) {
 #pragma unroll
             for (int i = 0; i < VEC; ++i) {
-              acc[j] += static_cast<acc_t>(a[j][i]) * static_cast<acc_t>(b[j][i]);
+              if constexpr (REL) {
+                acc[j] += static_cast<acc_t>(a[j][i]) * static_cast<acc_t>(r[j][i]) *
+                          static_cast<acc_t>(b[j][i]);
+              } else {
+                acc[j] += static_cast<acc_t>(a[j][i]) * static_cast<acc_t>(b[j][i]);
+              }
             }
           }
         }
@@ -183,31 +203,39 @@ __global__ void __launch_bounds__(kThreads) edge_dot_fwd_kernel(
 // (benchmarks/NOTES.md): 8 was no faster in fp32 and 1.8x slower in bf16 than 4.
 constexpr int kForwardEdgesInFlight = 4;
 
-template <typename scalar_t, typename index_t, int VEC>
-void launch_forward(const at::Tensor& x_src, const at::Tensor& x_dst,
-                    const at::Tensor& src_index, const at::Tensor& dst_index, at::Tensor& out,
+// rel / rel_index undefined: the plain dot product.
+template <typename scalar_t, typename index_t, int VEC, bool REL>
+void launch_forward(const at::Tensor& x_src, const at::Tensor& x_dst, const at::Tensor& rel,
+                    const at::Tensor& src_index, const at::Tensor& dst_index,
+                    const at::Tensor& rel_index, at::Tensor& out,
                     unsigned long long* first_bad) {
   const int64_t num_edges = out.size(0), feat_dim = x_src.size(1);
   const int group = group_size_for(feat_dim, VEC);
   const int64_t grid = grid_for((num_edges + kWarp - 1) / kWarp);
-  edge_dot_fwd_kernel<scalar_t, index_t, VEC, kForwardEdgesInFlight>
+  edge_dot_fwd_kernel<scalar_t, index_t, VEC, kForwardEdgesInFlight, REL>
       <<<grid, kThreads, 0, c10::cuda::getCurrentCUDAStream()>>>(
           x_src.const_data_ptr<scalar_t>(), x_src.stride(0), x_src.size(0),
           x_dst.const_data_ptr<scalar_t>(), x_dst.stride(0), x_dst.size(0),
+          REL ? rel.const_data_ptr<scalar_t>() : nullptr, REL ? rel.stride(0) : 0,
+          REL ? rel.size(0) : 1,
           src_index.const_data_ptr<index_t>(), src_index.stride(0),
           dst_index.const_data_ptr<index_t>(), dst_index.stride(0),
+          REL ? rel_index.const_data_ptr<index_t>() : nullptr, REL ? rel_index.stride(0) : 0,
           out.mutable_data_ptr<scalar_t>(), first_bad, num_edges, feat_dim, group);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
-std::tuple<at::Tensor, at::Tensor> edge_dot_cuda(const at::Tensor& x_src_in,
-                                                 const at::Tensor& x_dst_in,
-                                                 const at::Tensor& src_index,
-                                                 const at::Tensor& dst_index) {
-  check_edge_dot_args(x_src_in, x_dst_in, src_index, dst_index);
+std::tuple<at::Tensor, at::Tensor> edge_dot_cuda_any(const at::Tensor& x_src_in,
+                                                     const at::Tensor& x_dst_in,
+                                                     const at::Tensor& rel_in,
+                                                     const at::Tensor& src_index,
+                                                     const at::Tensor& dst_index,
+                                                     const at::Tensor& rel_index) {
   const c10::cuda::OptionalCUDAGuard guard(x_src_in.device());
   const at::Tensor x_src = unit_column_stride(x_src_in);
   const at::Tensor x_dst = unit_column_stride(x_dst_in);
+  const bool has_rel = rel_in.defined();
+  const at::Tensor rel = has_rel ? unit_column_stride(rel_in) : rel_in;
   at::Tensor out = at::empty({src_index.size(0)}, x_src.options());
   // -1 (all ones as unsigned) until an edge with an index out of range lowers it.
   at::Tensor first_bad = at::full({1}, -1, x_src.options().dtype(at::kLong));
@@ -217,45 +245,87 @@ std::tuple<at::Tensor, at::Tensor> edge_dot_cuda(const at::Tensor& x_src_in,
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x_src.scalar_type(), "edge_dot_cuda", [&] {
     AT_DISPATCH_INDEX_TYPES(src_index.scalar_type(), "edge_dot_cuda", [&] {
       constexpr int kVec = 16 / sizeof(scalar_t);
-      if (rows_vectorizable(x_src, kVec) && rows_vectorizable(x_dst, kVec)) {
-        launch_forward<scalar_t, index_t, kVec>(x_src, x_dst, src_index, dst_index, out,
-                                                first_bad_ptr);
+      const bool vectorized = rows_vectorizable(x_src, kVec) && rows_vectorizable(x_dst, kVec) &&
+                              (!has_rel || rows_vectorizable(rel, kVec));
+      auto launch = [&](auto vec_tag, auto rel_tag) {
+        launch_forward<scalar_t, index_t, decltype(vec_tag)::value, decltype(rel_tag)::value>(
+            x_src, x_dst, rel, src_index, dst_index, rel_index, out, first_bad_ptr);
+      };
+      using Vec16 = std::integral_constant<int, kVec>;
+      using Scalar = std::integral_constant<int, 1>;
+      if (has_rel) {
+        if (vectorized) launch(Vec16{}, std::true_type{});
+        else launch(Scalar{}, std::true_type{});
       } else {
-        launch_forward<scalar_t, index_t, 1>(x_src, x_dst, src_index, dst_index, out,
-                                             first_bad_ptr);
+        if (vectorized) launch(Vec16{}, std::false_type{});
+        else launch(Scalar{}, std::false_type{});
       }
     });
   });
   return {out, first_bad};
 }
 
+std::tuple<at::Tensor, at::Tensor> edge_dot_cuda(const at::Tensor& x_src,
+                                                 const at::Tensor& x_dst,
+                                                 const at::Tensor& src_index,
+                                                 const at::Tensor& dst_index) {
+  check_edge_dot_args(x_src, x_dst, src_index, dst_index);
+  return edge_dot_cuda_any(x_src, x_dst, at::Tensor(), src_index, dst_index, at::Tensor());
+}
+
+std::tuple<at::Tensor, at::Tensor> edge_dot_rel_cuda(const at::Tensor& x_src,
+                                                     const at::Tensor& x_dst,
+                                                     const at::Tensor& rel,
+                                                     const at::Tensor& src_index,
+                                                     const at::Tensor& dst_index,
+                                                     const at::Tensor& rel_index) {
+  check_edge_dot_args(x_src, x_dst, src_index, dst_index);
+  check_rel_args(x_src, rel, src_index, rel_index);
+  return edge_dot_cuda_any(x_src, x_dst, rel, src_index, dst_index, rel_index);
+}
+
 // ---------------------------------------------------------------------------------------
 // Backward (one side)
 // ---------------------------------------------------------------------------------------
 
-// What travels with each edge through the sort: its gather row (-1 if out of range) and its
-// upstream gradient, so the row kernel reads both in sorted order, coalesced.
-template <typename acc_t, typename key_t>
+// What travels with each edge through the sort: its gather row (-1 if any of its indices is
+// out of range), its upstream gradient and, for the three-factor gradients of edge_dot_rel,
+// the row of the other factor; so the row kernels read all of it in sorted order, coalesced.
+template <typename acc_t, typename key_t, bool TRIPLE>
 struct EdgePayload {
   acc_t grad;
   key_t gather;
 };
 
+template <typename acc_t, typename key_t>
+struct EdgePayload<acc_t, key_t, true> {
+  acc_t grad;
+  key_t gather;
+  key_t other;
+};
+
 // keys[e] = scatter_index[e], or num_rows for an index out of range (sorted last, ignored).
-template <typename scalar_t, typename index_t, typename key_t>
+template <typename scalar_t, typename index_t, typename key_t, bool TRIPLE>
 __global__ void make_sort_input_kernel(
     const index_t* __restrict__ scatter_index, int64_t scatter_stride, int64_t num_rows,  // [E]
     const index_t* __restrict__ gather_index, int64_t gather_stride, int64_t num_gather,  // [E]
+    const index_t* __restrict__ other_index, int64_t other_stride, int64_t num_other,     // [E]
     const scalar_t* __restrict__ grad_out,                                                // [E]
     int64_t num_edges, key_t* __restrict__ keys,                                          // [E]
-    EdgePayload<at::opmath_type<scalar_t>, key_t>* __restrict__ payload) {                // [E]
+    EdgePayload<at::opmath_type<scalar_t>, key_t, TRIPLE>* __restrict__ payload) {        // [E]
   for (int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; e < num_edges;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t row = static_cast<int64_t>(scatter_index[e * scatter_stride]);
     const int64_t g = static_cast<int64_t>(gather_index[e * gather_stride]);
+    bool ok = g >= 0 && g < num_gather;
     keys[e] = static_cast<key_t>((row >= 0 && row < num_rows) ? row : num_rows);
     payload[e].grad = static_cast<at::opmath_type<scalar_t>>(grad_out[e]);
-    payload[e].gather = static_cast<key_t>((g >= 0 && g < num_gather) ? g : -1);
+    if constexpr (TRIPLE) {
+      const int64_t o = static_cast<int64_t>(other_index[e * other_stride]);
+      ok = ok && o >= 0 && o < num_other;
+      payload[e].other = static_cast<key_t>(ok ? o : 0);
+    }
+    payload[e].gather = static_cast<key_t>(ok ? g : -1);
   }
 }
 
@@ -272,21 +342,86 @@ __global__ void rowptr_from_sorted_kernel(const key_t* __restrict__ sorted_keys,
   }
 }
 
-// One group of G lanes per output row: the group walks the row's sorted edges EPG at a time
-// (every lane reads the same payloads, served as one broadcast), keeps EPG gathered rows in
-// flight per lane in 16-byte pieces, and writes the row once in the output dtype. No
-// shuffles, so groups of one warp may own rows of different lengths.
+// Where the rows kernels read their inputs.
+template <typename scalar_t>
+struct GatherRows {
+  const scalar_t* __restrict__ x_gather;  // [N_gather, D]
+  int64_t gather_stride;
+  const scalar_t* __restrict__ x_other;   // [N_other, D] (three-factor gradients only)
+  int64_t other_stride;
+};
+
+// A group lane's share (VEC columns from k) of sum over sorted edges [begin, end) of
+// grad * (x_other[other] *) x_gather[gather]. EPG edges' rows in flight per lane; every lane
+// of the group reads the same payloads (one broadcast). Edges are added in sorted order, one
+// at a time: the same sum on every run.
 constexpr int kGradEdgesInFlight = 8;
 
-template <typename scalar_t, typename key_t, int VEC>
-__global__ void __launch_bounds__(kThreads) edge_dot_grad_rows_kernel(
-    const EdgePayload<at::opmath_type<scalar_t>, key_t>* __restrict__ payload,  // [E] sorted
-    const scalar_t* __restrict__ x_gather, int64_t row_stride,                  // [N_gather, D]
-    const key_t* __restrict__ rowptr,                                           // [num_rows + 1]
-    scalar_t* __restrict__ out,                                                 // [num_rows, D]
-    int64_t num_rows, int64_t feat_dim, int group_size) {
+template <typename scalar_t, typename Payload, int VEC, bool TRIPLE>
+__device__ __forceinline__ void sum_sorted_edges(const Payload* __restrict__ payload,
+                                                 int64_t begin, int64_t end,
+                                                 const GatherRows<scalar_t>& in, int64_t k,
+                                                 at::opmath_type<scalar_t> (&acc)[VEC]) {
   using acc_t = at::opmath_type<scalar_t>;
   constexpr int EPG = kGradEdgesInFlight;
+  for (int64_t pos = begin; pos < end; pos += EPG) {
+    acc_t weight[EPG];
+    const scalar_t* rows[EPG];
+    const scalar_t* others[TRIPLE ? EPG : 1];
+#pragma unroll
+    for (int j = 0; j < EPG; ++j) {
+      weight[j] = acc_t(0);
+      rows[j] = nullptr;
+      if (pos + j < end) {
+        const auto edge = payload[pos + j];
+        if (edge.gather >= 0) {
+          weight[j] = edge.grad;
+          rows[j] = in.x_gather + static_cast<int64_t>(edge.gather) * in.gather_stride;
+          if constexpr (TRIPLE) {
+            others[j] = in.x_other + static_cast<int64_t>(edge.other) * in.other_stride;
+          }
+        }
+      }
+    }
+    scalar_t vals[EPG][VEC];
+    scalar_t other_vals[TRIPLE ? EPG : 1][VEC];
+#pragma unroll
+    for (int j = 0; j < EPG; ++j) {
+      if (rows[j] != nullptr) {
+        load_vec<VEC>(rows[j] + k, vals[j]);
+        if constexpr (TRIPLE) load_vec<VEC>(others[j] + k, other_vals[j]);
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < EPG; ++j) {
+      if (rows[j] != nullptr) {
+#pragma unroll
+        for (int i = 0; i < VEC; ++i) {
+          if constexpr (TRIPLE) {
+            acc[i] += weight[j] * static_cast<acc_t>(other_vals[j][i]) *
+                      static_cast<acc_t>(vals[j][i]);
+          } else {
+            acc[i] += weight[j] * static_cast<acc_t>(vals[j][i]);
+          }
+        }
+      }
+    }
+  }
+}
+
+// One group of G lanes per output row with at most piece_edges edges: the group sums the
+// row's edges and writes the row once in the output dtype. Longer rows (hubs; a relation's
+// gradient, whose rows have E / R edges) are left to the piece kernels below, so no group
+// walks millions of edges alone. No shuffles, so groups of one warp may own rows of
+// different lengths.
+template <typename scalar_t, typename Payload, typename key_t, int VEC, bool TRIPLE>
+__global__ void __launch_bounds__(kThreads) edge_dot_grad_rows_kernel(
+    const Payload* __restrict__ payload,     // [E] sorted
+    const GatherRows<scalar_t> in,
+    const key_t* __restrict__ rowptr,        // [num_rows + 1]
+    scalar_t* __restrict__ out,              // [num_rows, D]
+    int64_t num_rows, int64_t feat_dim, int group_size, int64_t piece_edges) {
+  using acc_t = at::opmath_type<scalar_t>;
   const int64_t thread = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t group = thread / group_size;
   const int64_t num_groups = static_cast<int64_t>(gridDim.x) * blockDim.x / group_size;
@@ -295,44 +430,106 @@ __global__ void __launch_bounds__(kThreads) edge_dot_grad_rows_kernel(
   for (int64_t row = group; row < num_rows; row += num_groups) {
     const int64_t begin = static_cast<int64_t>(rowptr[row]);
     const int64_t end = static_cast<int64_t>(rowptr[row + 1]);
+    if (end - begin > piece_edges) continue;
     for (int64_t k = static_cast<int64_t>(lane) * VEC; k < feat_dim;
          k += static_cast<int64_t>(group_size) * VEC) {
       acc_t acc[VEC];
 #pragma unroll
       for (int i = 0; i < VEC; ++i) acc[i] = acc_t(0);
-      for (int64_t pos = begin; pos < end; pos += EPG) {
-        acc_t weight[EPG];
-        const scalar_t* rows[EPG];
+      sum_sorted_edges<scalar_t, Payload, VEC, TRIPLE>(payload, begin, end, in, k, acc);
+      store_vec<VEC>(out + row * feat_dim + k, acc);
+    }
+  }
+}
+
+// Long rows are cut into pieces of piece_edges edges. pieces[r] = the number of pieces of
+// row r (0 for a row the rows kernel writes); an inclusive scan turns it into piece_end.
+template <typename key_t>
+__global__ void count_pieces_kernel(const key_t* __restrict__ rowptr, int64_t num_rows,
+                                    int64_t piece_edges, int64_t* __restrict__ pieces) {
+  for (int64_t r = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; r < num_rows;
+       r += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t degree = static_cast<int64_t>(rowptr[r + 1]) - static_cast<int64_t>(rowptr[r]);
+    pieces[r] = degree > piece_edges ? (degree + piece_edges - 1) / piece_edges : 0;
+  }
+}
+
+// One group per piece: the piece's partial sum, in opmath, to partial[piece].
+template <typename scalar_t, typename Payload, typename key_t, int VEC, bool TRIPLE>
+__global__ void __launch_bounds__(kThreads) edge_dot_grad_pieces_kernel(
+    const Payload* __restrict__ payload, const GatherRows<scalar_t> in,
+    const key_t* __restrict__ rowptr,          // [num_rows + 1]
+    const int64_t* __restrict__ piece_end,     // [num_rows], inclusive scan of pieces
+    at::opmath_type<scalar_t>* __restrict__ partial,  // [max_pieces, D]
+    int64_t num_rows, int64_t max_pieces, int64_t feat_dim, int group_size,
+    int64_t piece_edges) {
+  using acc_t = at::opmath_type<scalar_t>;
+  const int64_t thread = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t group = thread / group_size;
+  const int64_t num_groups = static_cast<int64_t>(gridDim.x) * blockDim.x / group_size;
+  const int lane = threadIdx.x % group_size;
+  const int64_t total = piece_end[num_rows - 1] < max_pieces ? piece_end[num_rows - 1] : max_pieces;
+
+  for (int64_t piece = group; piece < total; piece += num_groups) {
+    int64_t lo = 0, hi = num_rows - 1;  // the row: the first r with piece_end[r] > piece
+    while (lo < hi) {
+      const int64_t mid = lo + (hi - lo) / 2;
+      if (piece_end[mid] > piece) hi = mid; else lo = mid + 1;
+    }
+    const int64_t first_piece = lo == 0 ? 0 : piece_end[lo - 1];
+    const int64_t begin = static_cast<int64_t>(rowptr[lo]) + (piece - first_piece) * piece_edges;
+    const int64_t row_end = static_cast<int64_t>(rowptr[lo + 1]);
+    const int64_t end = begin + piece_edges < row_end ? begin + piece_edges : row_end;
+    for (int64_t k = static_cast<int64_t>(lane) * VEC; k < feat_dim;
+         k += static_cast<int64_t>(group_size) * VEC) {
+      acc_t acc[VEC];
 #pragma unroll
-        for (int j = 0; j < EPG; ++j) {
-          weight[j] = acc_t(0);
-          rows[j] = nullptr;
-          if (pos + j < end) {
-            const auto edge = payload[pos + j];
-            if (edge.gather >= 0) {
-              weight[j] = edge.grad;
-              rows[j] = x_gather + static_cast<int64_t>(edge.gather) * row_stride;
-            }
-          }
-        }
-        scalar_t vals[EPG][VEC];
+      for (int i = 0; i < VEC; ++i) acc[i] = acc_t(0);
+      sum_sorted_edges<scalar_t, Payload, VEC, TRIPLE>(payload, begin, end, in, k, acc);
+      store_vec<VEC>(partial + piece * feat_dim + k, acc);
+    }
+  }
+}
+
+// One group per long row: its pieces' partial sums, added in piece order, written once.
+template <typename scalar_t, typename key_t, int VEC>
+__global__ void __launch_bounds__(kThreads) edge_dot_grad_finish_kernel(
+    const at::opmath_type<scalar_t>* __restrict__ partial,  // [max_pieces, D]
+    const key_t* __restrict__ rowptr, const int64_t* __restrict__ piece_end,
+    scalar_t* __restrict__ out, int64_t num_rows, int64_t feat_dim, int group_size,
+    int64_t piece_edges) {
+  using acc_t = at::opmath_type<scalar_t>;
+  const int64_t thread = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t group = thread / group_size;
+  const int64_t num_groups = static_cast<int64_t>(gridDim.x) * blockDim.x / group_size;
+  const int lane = threadIdx.x % group_size;
+
+  for (int64_t row = group; row < num_rows; row += num_groups) {
+    const int64_t degree =
+        static_cast<int64_t>(rowptr[row + 1]) - static_cast<int64_t>(rowptr[row]);
+    if (degree <= piece_edges) continue;
+    const int64_t first = row == 0 ? 0 : piece_end[row - 1], last = piece_end[row];
+    for (int64_t k = static_cast<int64_t>(lane) * VEC; k < feat_dim;
+         k += static_cast<int64_t>(group_size) * VEC) {
+      acc_t acc[VEC];
 #pragma unroll
-        for (int j = 0; j < EPG; ++j) {
-          if (rows[j] != nullptr) load_vec<VEC>(rows[j] + k, vals[j]);
-        }
-        // Edges are added in sorted order, one at a time: the same sum on every run.
+      for (int i = 0; i < VEC; ++i) acc[i] = acc_t(0);
+#pragma unroll 4
+      for (int64_t p = first; p < last; ++p) {
+        acc_t part[VEC];
+        load_vec<VEC>(partial + p * feat_dim + k, part);
 #pragma unroll
-        for (int j = 0; j < EPG; ++j) {
-          if (rows[j] != nullptr) {
-#pragma unroll
-            for (int i = 0; i < VEC; ++i) acc[i] += weight[j] * static_cast<acc_t>(vals[j][i]);
-          }
-        }
+        for (int i = 0; i < VEC; ++i) acc[i] += part[i];
       }
       store_vec<VEC>(out + row * feat_dim + k, acc);
     }
   }
 }
+
+template <typename T>
+struct TypeTag {
+  using type = T;
+};
 
 inline int sort_end_bit(int64_t max_key) {
   int bits = 1;
@@ -340,12 +537,22 @@ inline int sort_end_bit(int64_t max_key) {
   return bits;
 }
 
-template <typename scalar_t, typename index_t, typename key_t>
+// Edges per piece of a long row: a function of E only, so the summation order (and so the
+// result) is the same on every run. sqrt(E) balances a piece's serial walk against the
+// finishing walk over a row's pieces when one row holds every edge.
+inline int64_t piece_edges_for(int64_t num_edges) {
+  int64_t root = static_cast<int64_t>(std::sqrt(static_cast<double>(num_edges)));
+  return std::max<int64_t>(2048, root);
+}
+
+// out[scatter[e]] += grad[e] * (x_other[other[e]] *) x_gather[gather[e]], one call per
+// gradient; x_other / other_index only with TRIPLE.
+template <typename scalar_t, typename index_t, typename key_t, bool TRIPLE>
 void grad_one_side(const at::Tensor& grad_out, const at::Tensor& x_gather,
                    const at::Tensor& scatter_index, const at::Tensor& gather_index,
-                   at::Tensor& out) {
+                   const at::Tensor& x_other, const at::Tensor& other_index, at::Tensor& out) {
   using acc_t = at::opmath_type<scalar_t>;
-  using Payload = EdgePayload<acc_t, key_t>;
+  using Payload = EdgePayload<acc_t, key_t, TRIPLE>;
   const int64_t num_edges = grad_out.size(0), num_rows = out.size(0);
   const int64_t feat_dim = x_gather.size(1);
   const auto stream = c10::cuda::getCurrentCUDAStream();
@@ -357,10 +564,12 @@ void grad_one_side(const at::Tensor& grad_out, const at::Tensor& x_gather,
                                  grad_out.options().dtype(at::kByte));
   key_t* keys_ptr = keys.mutable_data_ptr<key_t>();
   auto* payload_ptr = reinterpret_cast<Payload*>(payload.mutable_data_ptr());
-  make_sort_input_kernel<scalar_t, index_t, key_t>
+  make_sort_input_kernel<scalar_t, index_t, key_t, TRIPLE>
       <<<grid_for((num_edges + kWarp - 1) / kWarp), kThreads, 0, stream>>>(
           scatter_index.const_data_ptr<index_t>(), scatter_index.stride(0), num_rows,
           gather_index.const_data_ptr<index_t>(), gather_index.stride(0), x_gather.size(0),
+          TRIPLE ? other_index.const_data_ptr<index_t>() : nullptr,
+          TRIPLE ? other_index.stride(0) : 0, TRIPLE ? x_other.size(0) : 0,
           grad_out.const_data_ptr<scalar_t>(), num_edges, keys_ptr, payload_ptr);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   cub::DoubleBuffer<key_t> key_buf(keys_ptr, keys_ptr + num_edges);
@@ -379,16 +588,44 @@ void grad_one_side(const at::Tensor& grad_out, const at::Tensor& x_gather,
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 
   constexpr int kVec = 16 / sizeof(scalar_t);
-  const bool vectorized = rows_vectorizable(x_gather, kVec) && aligned16(out.const_data_ptr());
+  const bool vectorized = rows_vectorizable(x_gather, kVec) && aligned16(out.const_data_ptr()) &&
+                          (!TRIPLE || rows_vectorizable(x_other, kVec));
   const int group = group_size_for(feat_dim, vectorized ? kVec : 1);
   const int64_t rows_per_warp = kWarp / group;
   const int64_t grid = grid_for((num_rows + rows_per_warp - 1) / rows_per_warp);
+  const int64_t piece_edges = piece_edges_for(num_edges);
+  // Each long row has more than piece_edges edges and ceil(degree / piece_edges) pieces, so
+  // there are at most 2 * E / piece_edges pieces in all.
+  const int64_t max_pieces = num_edges > piece_edges ? 2 * num_edges / piece_edges + 1 : 0;
+  const GatherRows<scalar_t> in{
+      x_gather.const_data_ptr<scalar_t>(), x_gather.stride(0),
+      TRIPLE ? x_other.const_data_ptr<scalar_t>() : nullptr, TRIPLE ? x_other.stride(0) : 0};
   auto launch = [&](auto vec_tag) {
     constexpr int V = decltype(vec_tag)::value;
-    edge_dot_grad_rows_kernel<scalar_t, key_t, V><<<grid, kThreads, 0, stream>>>(
-        payload_buf.Current(), x_gather.const_data_ptr<scalar_t>(), x_gather.stride(0),
-        rowptr.const_data_ptr<key_t>(), out.mutable_data_ptr<scalar_t>(), num_rows, feat_dim,
-        group);
+    edge_dot_grad_rows_kernel<scalar_t, Payload, key_t, V, TRIPLE><<<grid, kThreads, 0, stream>>>(
+        payload_buf.Current(), in, rowptr.const_data_ptr<key_t>(),
+        out.mutable_data_ptr<scalar_t>(), num_rows, feat_dim, group, piece_edges);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    if (max_pieces == 0) return;  // no row can be long
+    at::Tensor piece_end = at::empty({num_rows}, grad_out.options().dtype(at::kLong));
+    count_pieces_kernel<key_t><<<grid_for((num_rows + kWarp - 1) / kWarp), kThreads, 0, stream>>>(
+        rowptr.const_data_ptr<key_t>(), num_rows, piece_edges,
+        piece_end.mutable_data_ptr<int64_t>());
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    piece_end.cumsum_(0);
+    at::Tensor partial = at::empty({max_pieces, feat_dim},
+                                   grad_out.options().dtype(at::toOpMathType(x_gather.scalar_type())));
+    const int64_t pieces_grid = grid_for((max_pieces + rows_per_warp - 1) / rows_per_warp);
+    edge_dot_grad_pieces_kernel<scalar_t, Payload, key_t, V, TRIPLE>
+        <<<pieces_grid, kThreads, 0, stream>>>(
+            payload_buf.Current(), in, rowptr.const_data_ptr<key_t>(),
+            piece_end.const_data_ptr<int64_t>(), partial.mutable_data_ptr<acc_t>(), num_rows,
+            max_pieces, feat_dim, group, piece_edges);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    edge_dot_grad_finish_kernel<scalar_t, key_t, V><<<grid, kThreads, 0, stream>>>(
+        partial.const_data_ptr<acc_t>(), rowptr.const_data_ptr<key_t>(),
+        piece_end.const_data_ptr<int64_t>(), out.mutable_data_ptr<scalar_t>(), num_rows,
+        feat_dim, group, piece_edges);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   };
   if (vectorized) {
@@ -398,13 +635,15 @@ void grad_one_side(const at::Tensor& grad_out, const at::Tensor& x_gather,
   }
 }
 
-at::Tensor edge_dot_grad_cuda(const at::Tensor& grad_out_in, const at::Tensor& x_gather_in,
-                              const at::Tensor& scatter_index, const at::Tensor& gather_index,
-                              int64_t num_rows, bool deterministic) {
-  (void)deterministic;  // the sorted backward is always deterministic
-  check_edge_dot_grad_args(grad_out_in, x_gather_in, scatter_index, gather_index, num_rows);
+// x_other / other_index undefined: the two-factor gradient of edge_dot.
+at::Tensor edge_dot_grad_cuda_any(const at::Tensor& grad_out_in, const at::Tensor& x_gather_in,
+                                  const at::Tensor& scatter_index,
+                                  const at::Tensor& gather_index, const at::Tensor& x_other_in,
+                                  const at::Tensor& other_index, int64_t num_rows) {
   const c10::cuda::OptionalCUDAGuard guard(x_gather_in.device());
   const at::Tensor x_gather = unit_column_stride(x_gather_in);
+  const bool triple = x_other_in.defined();
+  const at::Tensor x_other = triple ? unit_column_stride(x_other_in) : x_other_in;
   const at::Tensor grad_out = grad_out_in.contiguous();
   const int64_t num_edges = grad_out.size(0);
   if (num_edges == 0 || num_rows == 0 || x_gather.size(1) == 0) {
@@ -414,19 +653,44 @@ at::Tensor edge_dot_grad_cuda(const at::Tensor& grad_out_in, const at::Tensor& x
   // 32-bit keys, edge ids and gather indices where every value fits.
   const int64_t int32_max = std::numeric_limits<int32_t>::max();
   const bool small_keys = num_rows < int32_max && num_edges <= int32_max &&
-                          x_gather.size(0) <= int32_max;
+                          x_gather.size(0) <= int32_max && (!triple || x_other.size(0) <= int32_max);
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x_gather.scalar_type(), "edge_dot_grad_cuda", [&] {
     AT_DISPATCH_INDEX_TYPES(scatter_index.scalar_type(), "edge_dot_grad_cuda", [&] {
-      if (small_keys) {
-        grad_one_side<scalar_t, index_t, int32_t>(grad_out, x_gather, scatter_index,
-                                                  gather_index, out);
+      auto run = [&](auto key_tag, auto triple_tag) {
+        using key_t = typename decltype(key_tag)::type;
+        grad_one_side<scalar_t, index_t, key_t, decltype(triple_tag)::value>(
+            grad_out, x_gather, scatter_index, gather_index, x_other, other_index, out);
+      };
+      using Key32 = TypeTag<int32_t>;
+      using Key64 = TypeTag<int64_t>;
+      if (triple) {
+        if (small_keys) run(Key32{}, std::true_type{});
+        else run(Key64{}, std::true_type{});
       } else {
-        grad_one_side<scalar_t, index_t, int64_t>(grad_out, x_gather, scatter_index,
-                                                  gather_index, out);
+        if (small_keys) run(Key32{}, std::false_type{});
+        else run(Key64{}, std::false_type{});
       }
     });
   });
   return out;
+}
+
+at::Tensor edge_dot_grad_cuda(const at::Tensor& grad_out, const at::Tensor& x_gather,
+                              const at::Tensor& scatter_index, const at::Tensor& gather_index,
+                              int64_t num_rows, bool deterministic) {
+  (void)deterministic;  // the sorted backward is always deterministic
+  check_edge_dot_grad_args(grad_out, x_gather, scatter_index, gather_index, num_rows);
+  return edge_dot_grad_cuda_any(grad_out, x_gather, scatter_index, gather_index, at::Tensor(),
+                                at::Tensor(), num_rows);
+}
+
+at::Tensor edge_dot_rel_grad_cuda(const at::Tensor& grad_out, const at::Tensor& x_a,
+                                  const at::Tensor& x_b, const at::Tensor& scatter_index,
+                                  const at::Tensor& a_index, const at::Tensor& b_index,
+                                  int64_t num_rows, bool deterministic) {
+  (void)deterministic;  // the sorted backward is always deterministic
+  check_rel_grad_args(grad_out, x_a, x_b, scatter_index, a_index, b_index, num_rows);
+  return edge_dot_grad_cuda_any(grad_out, x_b, scatter_index, b_index, x_a, a_index, num_rows);
 }
 
 }  // namespace
@@ -434,6 +698,8 @@ at::Tensor edge_dot_grad_cuda(const at::Tensor& grad_out_in, const at::Tensor& x
 TORCH_LIBRARY_IMPL(pyg_edgedot, CUDA, m) {
   m.impl("edge_dot", &edge_dot_cuda);
   m.impl("edge_dot_grad", &edge_dot_grad_cuda);
+  m.impl("edge_dot_rel", &edge_dot_rel_cuda);
+  m.impl("edge_dot_rel_grad", &edge_dot_rel_grad_cuda);
 }
 
 }  // namespace pyg_edgedot
