@@ -5,8 +5,10 @@ _ops.load()
 
 from .functional import edge_dot  # noqa: E402
 from .nn import EdgeDotScore  # noqa: E402
+from .ranking import hits_at_k, mrr, rank_candidates, score_candidates  # noqa: E402
 
 backends = _ops.backends
 
 __version__ = "0.1.0"
-__all__ = ["edge_dot", "EdgeDotScore", "backends", "__version__"]
+__all__ = ["edge_dot", "EdgeDotScore", "score_candidates", "rank_candidates", "mrr",
+           "hits_at_k", "backends", "__version__"]

@@ -53,9 +53,12 @@ def main(argv=None):
     ]
     if state["cuda_error"]:
         rows.append(("no CUDA kernel", state["cuda_error"]))
+    if state.get("triton_error") and state["extension"] != "cuda":
+        rows.append(("no Triton path", state["triton_error"]))
     if state["cpu_error"]:
         rows.append(("no C++ kernel", state["cpu_error"]))
     names = {"cuda": "fused CUDA kernel", "cpp": "fused C++ kernel",
+             "triton": "Triton kernels (edge_dot; the other ops: pure PyTorch)",
              "python": "pure-PyTorch fallback (slow)"}
     for device, backend in pyg_edgedot.backends().items():
         rows.append((f"backend {device}", names[backend]))

@@ -16,6 +16,11 @@ FALLBACK = {
 }
 
 
+def triton_impls() -> dict:
+    from . import _triton  # imports triton: only on the CUDA-without-nvcc path
+    return {"edge_dot": _triton.edge_dot, "edge_dot_grad": _triton.edge_dot_grad}
+
+
 def register_python_side() -> None:
     @torch.library.register_fake("pyg_edgedot::edge_dot")
     def _edge_dot_fake(x_src, x_dst, src_index, dst_index):

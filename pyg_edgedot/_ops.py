@@ -9,7 +9,8 @@ Backends, per device:
 
 * CPU: the fused C++ kernel (``csrc/cpu``), else the pure-PyTorch fallback.
 * CUDA: the fused CUDA kernel (``csrc/cuda``), built when torch has CUDA and ``nvcc`` is
-  found, else the pure-PyTorch fallback.
+  found; else the Triton kernels (:mod:`pyg_edgedot._triton`; Triton ships with CUDA builds
+  of torch) for ``edge_dot`` and its gradient, and the pure-PyTorch fallback for the rest.
 
 When the extension cannot be built at all, the same op schemas are defined from Python
 and implemented by :mod:`pyg_edgedot._reference`, so the public API, autograd and
@@ -17,8 +18,10 @@ and implemented by :mod:`pyg_edgedot._reference`, so the public API, autograd an
 
 Environment variables:
 
-* ``PYG_EDGEDOT_FORCE_FALLBACK=1``: do not build; use the pure-PyTorch fallback.
-* ``PYG_EDGEDOT_CUDA=0``: build the CPU kernel only, even where CUDA could be built.
+* ``PYG_EDGEDOT_FORCE_FALLBACK=1``: do not build, no Triton; use the pure-PyTorch fallback.
+* ``PYG_EDGEDOT_CUDA=0``: build the CPU kernel only, even where CUDA could be built (CUDA
+  tensors then take the Triton path).
+* ``PYG_EDGEDOT_TRITON=0``: never use the Triton kernels.
 * ``TORCH_CUDA_ARCH_LIST``: the CUDA targets (default: the GPUs present, else ``9.0``).
 """
 import os
@@ -41,6 +44,7 @@ STATE: Dict[str, Optional[str]] = {
     "cuda_error": None,       # why the CUDA kernel is not used, if it is not
     "cpu_error": None,        # why the C++ kernel is not used, if it is not
     "library_path": None,
+    "triton_error": None,     # why the Triton kernels do not serve CUDA tensors, if they don't
 }
 _LIBRARIES: List[torch.library.Library] = []
 
@@ -58,7 +62,8 @@ def _sources(with_cuda: bool) -> List[str]:
 #   SCHEMAS:  {op name: schema}, the same as its csrc/*.cpp, for when nothing was compiled;
 #   FALLBACK: {op name: pure-PyTorch implementation}, used on a device without a kernel;
 #   register_python_side(): its fake kernels and autograd.
-# Optional: TRITON, {op name: Triton implementation} for CUDA devices without the CUDA kernel.
+# Optional: triton_impls() -> {op name: Triton implementation}, for CUDA tensors when the CUDA
+# extension is not built.
 def _groups() -> list:
     from . import _candidates, _core, _relation
     return [_core, _candidates, _relation]
@@ -166,23 +171,52 @@ def load() -> None:
             except Exception as err:
                 STATE["cpu_error"] = f"building the C++ kernel failed: {_short(err)}"
 
+    if STATE["extension"] != "cuda":
+        STATE["triton_error"] = _triton_unusable()
     if STATE["extension"] is None:
         _define_fallback_schemas()
         _register_fallback("CPU")
-        _register_fallback("CUDA")
+        _register_cuda_without_extension()
         warnings.warn(
             f"pyg_edgedot: using the slower pure-PyTorch fallback because {STATE['cpu_error']}. "
             "To fix it, install a C++ compiler and ninja (`pip install ninja`), then run "
             "`python -m pyg_edgedot --build` to see the full build log.", stacklevel=3)
     elif STATE["extension"] != "cuda":
-        _register_fallback("CUDA")
-        if torch.cuda.is_available():
+        _register_cuda_without_extension()
+        if torch.cuda.is_available() and STATE["triton_error"] is not None:
             warnings.warn(
                 f"pyg_edgedot: CUDA tensors use the slower pure-PyTorch fallback because "
-                f"{STATE['cuda_error']}. To fix it, install the CUDA toolkit matching "
+                f"{STATE['cuda_error']} and the Triton path is unusable "
+                f"({STATE['triton_error']}). To fix it, install the CUDA toolkit matching "
                 f"torch.version.cuda={torch.version.cuda}, set CUDA_HOME, and run "
                 "`python -m pyg_edgedot --build`.", stacklevel=3)
     _register_python_side()
+
+
+def _triton_unusable() -> Optional[str]:
+    """None if the Triton kernels can serve CUDA tensors here, else why not."""
+    if os.environ.get("PYG_EDGEDOT_FORCE_FALLBACK", "0") == "1":
+        return "PYG_EDGEDOT_FORCE_FALLBACK=1 is set"
+    if os.environ.get("PYG_EDGEDOT_TRITON", "1") == "0":
+        return "PYG_EDGEDOT_TRITON=0 is set"
+    try:
+        from . import _triton
+    except Exception as err:  # noqa: BLE001  (a broken triton install: say so, go on)
+        return f"importing the Triton kernels failed: {_short(err)}"
+    return _triton.available()
+
+
+def _register_cuda_without_extension() -> None:
+    """CUDA tensors without the CUDA extension: the Triton kernels where a group has them
+    (and Triton works here), the pure-PyTorch fallback for everything else."""
+    lib = torch.library.Library(NAMESPACE, "IMPL")
+    use_triton = STATE.get("triton_error") is None
+    for group in _groups():
+        has_triton = use_triton and hasattr(group, "triton_impls")
+        triton_impls = group.triton_impls() if has_triton else {}
+        for name, impl in group.FALLBACK.items():
+            lib.impl(name, triton_impls.get(name, impl), "CUDA")
+    _LIBRARIES.append(lib)
 
 
 def _define_fallback_schemas() -> None:
@@ -208,9 +242,13 @@ def _register_python_side() -> None:
 
 
 def backends() -> Dict[str, str]:
-    """Which implementation each device type uses: ``cuda``, ``cpp`` or ``python``."""
+    """Which implementation each device type uses for ``edge_dot``: ``cuda``, ``triton``,
+    ``cpp`` or ``python``."""
     ext = STATE["extension"]
-    return {
-        "cpu": "cpp" if ext in ("cpu", "cuda") else "python",
-        "cuda": "cuda" if ext == "cuda" else "python",
-    }
+    if ext == "cuda":
+        cuda = "cuda"
+    elif STATE.get("triton_error") is None:
+        cuda = "triton"
+    else:
+        cuda = "python"
+    return {"cpu": "cpp" if ext in ("cpu", "cuda") else "python", "cuda": cuda}
