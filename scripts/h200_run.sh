@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # What every GPU figure in README.md and the issue notes comes from. Run on the H200 through the
 # device tool, from the repo root:  bash scripts/h200_run.sh STEP...   (results under $OUT)
-# Steps: tests, sanitizer, smoke, profile, bench, examples, resources.
+# Steps: tests, triton, sanitizer, smoke, profile, bench, beyond, examples, ddp, resources, ncu,
+# ncu_bwd.
 set -uo pipefail
 OUT=${OUT:-/tmp/pyg_edgedot_out}
 mkdir -p "$OUT"
@@ -15,6 +16,22 @@ for step in "$@"; do
   case "$step" in
     tests)
       python3 -m pytest -q -rs -n 8 -p no:cacheprovider tests 2>&1 | tee "$OUT/pytest.log" | tail -15 ;;
+    triton)
+      # The Triton path, forced by hiding nvcc (CUDA_HOME pointing nowhere): the report must
+      # say "Triton kernels", then every CUDA test runs against it (issue 5).
+      ( export CUDA_HOME=/nonexistent TORCH_EXTENSIONS_DIR=/tmp/pyg_edgedot_ext_triton
+        python3 -m pyg_edgedot 2>&1 | tee "$OUT/triton_report.log" | tail -4
+        python3 -m pytest -q -rs -n 8 -p no:cacheprovider -k "cuda or triton" tests 2>&1 \
+          | tee "$OUT/pytest_triton.log" | tail -15 ) ;;
+    beyond)
+      # Ranking, candidate scoring, DistMult and the Triton path against their peers (issue 5).
+      python3 benchmarks/bench_beyond.py --out "$OUT/beyond.json" 2>&1 | tee "$OUT/beyond.log" \
+        | tail -40 ;;
+    ddp)
+      # examples/ddp_link_pred.py under torchrun with NCCL, one process on the one GPU (issue 4).
+      torchrun --standalone --nproc_per_node 1 examples/ddp_link_pred.py --device cuda \
+        --num-nodes 200000 --avg-degree 20 --neg-sampling uniform --epochs 3 --no-progress \
+        --json "$OUT/ddp_nccl_1gpu.json" 2>&1 | tail -6 ;;
     sanitizer)
       # A plain torch program first, to tell a sanitizer/environment problem from ours.
       compute-sanitizer --tool memcheck python3 -c \
@@ -50,6 +67,14 @@ for step in "$@"; do
         --section Occupancy --section LaunchStats --section MemoryWorkloadAnalysis \
         python3 scripts/profile_kernels.py W4 > "$OUT/ncu_w4_fwd.log" 2>&1
       grep -E "Throughput|Occupancy|Registers|Duration|L1|L2 Hit|DRAM" "$OUT/ncu_w4_fwd.log" | head -30 ;;
+    ncu_bwd)
+      # Counters for the backward's rows kernel at W3 (fp32): why it gathers at ~2.7 TB/s
+      # while the forward gathers at ~4.2 TB/s (issue 3).
+      ncu --clock-control none -k regex:grad_rows -c 1 --section SpeedOfLight \
+        --section Occupancy --section LaunchStats --section MemoryWorkloadAnalysis \
+        --section WarpStateStats python3 scripts/profile_kernels.py W3 > "$OUT/ncu_w3_rows.log" 2>&1
+      grep -E "Throughput|Occupancy|Registers|Duration|L1|L2 Hit|DRAM|Stall|Warp Cycles" \
+        "$OUT/ncu_w3_rows.log" | head -40 ;;
     *) echo "unknown step $step" ;;
   esac
 done
