@@ -195,7 +195,11 @@ if triton is not None:
             gather = tl.load(gather_ptr + edge * gather_stride, mask=in_row,
                              other=-1).to(tl.int64)
             ok = in_row & (gather >= 0) & (gather < num_gather)
-            weight = tl.load(grad_ptr + edge * grad_stride, mask=ok, other=0.0).to(ACC_DTYPE)
+            # Masked by in_row, not ok, then zeroed: the same values, and a mask whose layout
+            # Triton 3.6 does not mix up with the pointer's for float64 (an H200 compile
+            # error: "'tt.load' op failed to verify that mask type matches ptr type").
+            weight = tl.load(grad_ptr + edge * grad_stride, mask=in_row, other=0.0)
+            weight = tl.where(ok, weight.to(ACC_DTYPE), 0.0)
             rows = x_ptr + tl.where(ok, gather, 0) * x_row_stride
             vals = tl.load(rows[:, None] + cols[None, :], mask=ok[:, None] & col_mask[None, :],
                            other=0.0)

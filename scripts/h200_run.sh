@@ -23,6 +23,18 @@ for step in "$@"; do
         python3 -m pyg_edgedot 2>&1 | tee "$OUT/triton_report.log" | tail -4
         python3 -m pytest -q -rs -n 8 -p no:cacheprovider -k "cuda or triton" tests 2>&1 \
           | tee "$OUT/pytest_triton.log" | tail -15 ) ;;
+    triton_tests)
+      # tests/test_triton.py with the extension built (its CUDA cases call the Triton ops).
+      python3 -m pytest -q -rs -n 8 -p no:cacheprovider tests/test_triton.py 2>&1 \
+        | tee "$OUT/pytest_triton_file.log" | tail -8 ;;
+    triton_core)
+      # The core ops' CUDA tests through the Triton path (nvcc hidden), a faster subset of
+      # the 'triton' step.
+      ( export CUDA_HOME=/nonexistent TORCH_EXTENSIONS_DIR=/tmp/pyg_edgedot_ext_triton
+        python3 -m pyg_edgedot 2>&1 | tail -2
+        timeout 300 python3 -m pytest -q -rs -n 12 -p no:cacheprovider -k cuda \
+          tests/test_edge_dot.py tests/test_grad.py tests/test_compile.py tests/test_errors.py \
+          tests/test_nn.py 2>&1 | tee "$OUT/pytest_triton_core.log" | tail -15 ) ;;
     beyond)
       # Ranking, candidate scoring, DistMult and the Triton path against their peers (issue 5).
       python3 benchmarks/bench_beyond.py --out "$OUT/beyond.json" 2>&1 | tee "$OUT/beyond.log" \

@@ -436,6 +436,10 @@ def interpreter_results(tmp_path_factory):
 
 
 @needs_triton
+@pytest.mark.skipif(torch.cuda.is_available(),
+                    reason="a GPU is present: the same checks run on the real Triton compiler "
+                           "(test_cuda_*); the interpreter of older Triton releases (3.6, on the "
+                           "H200 image) cannot run these kernels' loops over runtime bounds")
 @pytest.mark.parametrize("name", sorted(INTERPRETER_CASES))
 def test_interpreter(name, interpreter_results):
     assert name in interpreter_results, f"case {name} did not run"
