@@ -27,7 +27,9 @@ Sections (``--sections``, comma-separated):
               eager and torch.compile of that expression; forward, and forward + backward
               (gradients of x and rel).
   triton      the Triton path (pyg_edgedot._triton, used when nvcc is missing) against the
-              CUDA extension at W3 (E = 30M, D = 128 fp32): forward, and forward + backward.
+              CUDA extension at W3 (E = 30M, D = 128 fp32): forward, and forward + backward,
+              the latter also with backward variants (module knobs of _triton: gradients and
+              gather indices permuted into sorted order first; 2 or 8 warps per row program).
 
 Times are medians of CUDA events (perf_counter on the CPU) after warm-up, with the L2 flushed
 before each repetition outside the timed region; peak extra memory is
@@ -268,15 +270,31 @@ def section_triton(bench: Bench, sizes: Dict[str, int], device) -> List[Dict[str
         "cuda_extension": lambda a, b: edge_dot(a, b, ei, validate=False),
         "triton": lambda a, b: _TritonEdgeDot.apply(a, b, ei[0], ei[1]),
     }
+    # Backward variants of the Triton path, measured side by side (module knobs of _triton).
+    variants = {
+        "triton": {},
+        "triton_permuted": {"PERMUTE_PAYLOAD": True},
+        "triton_permuted_2warps": {"PERMUTE_PAYLOAD": True, "GRAD_NUM_WARPS": 2},
+        "triton_8warps": {"GRAD_NUM_WARPS": 8},
+    }
+    for name in list(variants)[1:]:
+        methods[name] = methods["triton"]
     records = []
     with torch.no_grad():
         ref = methods["cuda_extension"](x_src, x_dst)
+    defaults = {key: getattr(_triton, key) for v in variants.values() for key in v}
     for name, score in methods.items():
-        with torch.no_grad():
-            rec = measure(bench, lambda: score(x_src, x_dst), bench.flush_cache)
-            if rec["status"] == "ok":
-                rec["max_abs_diff_vs_cuda"] = float((score(x_src, x_dst) - ref).abs().max())
-        records.append(_record("triton", case, name, "fwd", rec))
+        for key, value in defaults.items():
+            setattr(_triton, key, variants.get(name, {}).get(key, value))
+        if name in variants and name != "triton":
+            rec = {"status": "ok", "ms": None, "note": "forward as 'triton'"}
+        else:
+            with torch.no_grad():
+                rec = measure(bench, lambda: score(x_src, x_dst), bench.flush_cache)
+                if rec["status"] == "ok":
+                    rec["max_abs_diff_vs_cuda"] = float((score(x_src, x_dst) - ref).abs().max())
+        if rec.get("ms") is not None:
+            records.append(_record("triton", case, name, "fwd", rec, knobs=variants.get(name)))
         a = x_src.detach().requires_grad_(True)
         b = x_dst.detach().requires_grad_(True)
 
@@ -287,9 +305,11 @@ def section_triton(bench: Bench, sizes: Dict[str, int], device) -> List[Dict[str
         if rec["status"] == "ok":
             score(a, b).backward(grad)
             rec["grad_a_sum"] = float(a.grad.double().sum())
-        records.append(_record("triton", case, name, "fwd+bwd", rec))
+        records.append(_record("triton", case, name, "fwd+bwd", rec, knobs=variants.get(name)))
         del a, b
         bench.free()
+    for key, value in defaults.items():
+        setattr(_triton, key, value)
     return records
 
 

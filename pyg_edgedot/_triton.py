@@ -60,6 +60,9 @@ FWD_NUM_STAGES = 1  # the column loop usually runs once; no software pipelining
 GRAD_TILE_BYTES = 8192
 GRAD_MIN_EDGES, GRAD_MAX_EDGES = 8, 64
 GRAD_NUM_WARPS = 4
+# Put the gather indices and gradients in sorted order with torch before the row kernels
+# (True), or let the kernels read them through the sort permutation (False).
+PERMUTE_PAYLOAD = False
 GRAD_NUM_STAGES = 1
 # Rows with more edges than this are summed in segments of this many edges by their own
 # programs first, so one hub row does not serialize the whole backward.
@@ -184,26 +187,28 @@ if triton is not None:
     def _sum_sorted_edges(
         acc, pos_begin, pos_end, perm_ptr, gather_ptr, gather_stride, grad_ptr, grad_stride,
         x_ptr, x_row_stride, num_gather, cols, col_mask,
-        ACC_DTYPE: tl.constexpr, BLOCK_K: tl.constexpr,
+        ACC_DTYPE: tl.constexpr, BLOCK_K: tl.constexpr, SORTED: tl.constexpr,
     ):
         # acc[j] += grad * row for the sorted edges pos_begin + j, + j + BLOCK_K, ...: a fixed
         # order; the caller reduces acc over j with tl.sum (also a fixed order).
         for pos0 in range(pos_begin, pos_end, BLOCK_K):
-            pos = pos0 + tl.arange(0, BLOCK_K)
+            # [BLOCK_K, 1] columns rather than [BLOCK_K] vectors: with 1-D vectors next to
+            # the 2-D tile, Triton 3.6's layout pass fails on float64 (an H200 compile error,
+            # reproduced with scratch compiles for sm_90).
+            pos = pos0 + tl.arange(0, BLOCK_K)[:, None]
             in_row = pos < pos_end
-            edge = tl.load(perm_ptr + pos, mask=in_row, other=0).to(tl.int64)
+            if SORTED:  # gather_ptr and grad_ptr already hold the edges in sorted order
+                edge = pos
+            else:
+                edge = tl.load(perm_ptr + pos, mask=in_row, other=0).to(tl.int64)
             gather = tl.load(gather_ptr + edge * gather_stride, mask=in_row,
                              other=-1).to(tl.int64)
             ok = in_row & (gather >= 0) & (gather < num_gather)
-            # Masked by in_row, not ok, then zeroed: the same values, and a mask whose layout
-            # Triton 3.6 does not mix up with the pointer's for float64 (an H200 compile
-            # error: "'tt.load' op failed to verify that mask type matches ptr type").
             weight = tl.load(grad_ptr + edge * grad_stride, mask=in_row, other=0.0)
             weight = tl.where(ok, weight.to(ACC_DTYPE), 0.0)
             rows = x_ptr + tl.where(ok, gather, 0) * x_row_stride
-            vals = tl.load(rows[:, None] + cols[None, :], mask=ok[:, None] & col_mask[None, :],
-                           other=0.0)
-            acc += weight[:, None] * vals.to(ACC_DTYPE)
+            vals = tl.load(rows + cols[None, :], mask=ok & col_mask[None, :], other=0.0)
+            acc += weight * vals.to(ACC_DTYPE)
         return acc
 
     @triton.jit(do_not_specialize=["num_gather", "num_rows"])
@@ -217,7 +222,7 @@ if triton is not None:
         x_ptr, x_row_stride, num_gather,  # [N_gather, D]; column stride 1
         partial_ptr,                     # [max_segments, D] accumulator dtype
         num_rows, feat_dim,
-        SEGMENT: tl.constexpr, ACC_DTYPE: tl.constexpr,
+        SEGMENT: tl.constexpr, ACC_DTYPE: tl.constexpr, SORTED: tl.constexpr,
         BLOCK_K: tl.constexpr, BLOCK_D: tl.constexpr,
     ):
         # One program per segment of SEGMENT sorted edges of a hub row (programs past the
@@ -238,7 +243,7 @@ if triton is not None:
                 acc = _sum_sorted_edges(acc, seg_begin, seg_end, perm_ptr, gather_ptr,
                                         gather_stride, grad_ptr, grad_stride, x_ptr,
                                         x_row_stride, num_gather, cols, col_mask,
-                                        ACC_DTYPE, BLOCK_K)
+                                        ACC_DTYPE, BLOCK_K, SORTED)
                 tl.store(partial_ptr + seg * feat_dim + cols, tl.sum(acc, axis=0),
                          mask=col_mask)
 
@@ -255,6 +260,7 @@ if triton is not None:
         out_ptr,                         # [num_rows, D] contiguous, any float dtype
         num_rows, feat_dim,
         SEGMENT: tl.constexpr, HAS_HUBS: tl.constexpr, HAS_PREV: tl.constexpr,
+        SORTED: tl.constexpr,
         ACC_DTYPE: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_D: tl.constexpr,
         ROWS_PER_GRID_X: tl.constexpr,
     ):
@@ -282,12 +288,12 @@ if triton is not None:
                         acc = _sum_sorted_edges(acc, begin, end, perm_ptr, gather_ptr,
                                                 gather_stride, grad_ptr, grad_stride, x_ptr,
                                                 x_row_stride, num_gather, cols, col_mask,
-                                                ACC_DTYPE, BLOCK_K)
+                                                ACC_DTYPE, BLOCK_K, SORTED)
                 else:
                     acc = _sum_sorted_edges(acc, begin, end, perm_ptr, gather_ptr,
                                             gather_stride, grad_ptr, grad_stride, x_ptr,
                                             x_row_stride, num_gather, cols, col_mask,
-                                            ACC_DTYPE, BLOCK_K)
+                                            ACC_DTYPE, BLOCK_K, SORTED)
                 total = tl.sum(acc, axis=0)
                 if HAS_PREV:
                     total += tl.load(prev_ptr + row * feat_dim + cols, mask=col_mask,
@@ -405,6 +411,12 @@ def _grad_chunk(grad_out: Tensor, x_gather: Tensor, scatter_index: Tensor,
     acc_dtype = _acc_dtype(x_gather.dtype)
     block_k, block_d, num_warps, num_stages = backward_config(feat_dim, x_gather.dtype)
     perm, rowptr = _sorted_by_row(scatter_index, num_rows)
+    sorted_payload = PERMUTE_PAYLOAD
+    if sorted_payload:
+        # Gather indices and gradients put in sorted order once (two coalesced-write
+        # gathers), so the row kernels read them contiguously instead of through perm.
+        gather_index = gather_index[perm]
+        grad_out = grad_out[perm]
 
     segment = HUB_SEGMENT_EDGES
     has_hubs = num_edges > segment  # else no row can be longer than a segment
@@ -424,6 +436,7 @@ def _grad_chunk(grad_out: Tensor, x_gather: Tensor, scatter_index: Tensor,
             grad_out, grad_out.stride(0), x_gather, x_gather.stride(0), x_gather.size(0),
             partial, num_rows, feat_dim,
             SEGMENT=segment, ACC_DTYPE=_TL_ACC[acc_dtype], BLOCK_K=block_k, BLOCK_D=block_d,
+            SORTED=sorted_payload,
             num_warps=num_warps, num_stages=num_stages)
 
     grid = (min(num_rows, _ROWS_PER_GRID_X), triton.cdiv(num_rows, _ROWS_PER_GRID_X))
@@ -432,7 +445,7 @@ def _grad_chunk(grad_out: Tensor, x_gather: Tensor, scatter_index: Tensor,
         grad_out, grad_out.stride(0), x_gather, x_gather.stride(0), x_gather.size(0),
         prev if prev is not None else out, out, num_rows, feat_dim,
         SEGMENT=segment, HAS_HUBS=has_hubs, HAS_PREV=prev is not None,
-        ACC_DTYPE=_TL_ACC[acc_dtype], BLOCK_K=block_k, BLOCK_D=block_d,
+        ACC_DTYPE=_TL_ACC[acc_dtype], BLOCK_K=block_k, BLOCK_D=block_d, SORTED=sorted_payload,
         ROWS_PER_GRID_X=_ROWS_PER_GRID_X, num_warps=num_warps, num_stages=num_stages)
 
 

@@ -39,6 +39,9 @@ for step in "$@"; do
       # Ranking, candidate scoring, DistMult and the Triton path against their peers (issue 5).
       python3 benchmarks/bench_beyond.py --out "$OUT/beyond.json" 2>&1 | tee "$OUT/beyond.log" \
         | tail -40 ;;
+    beyond_triton)
+      python3 benchmarks/bench_beyond.py --sections triton --out "$OUT/beyond_triton.json" 2>&1 \
+        | tee "$OUT/beyond_triton.log" | tail -14 ;;
     ddp)
       # examples/ddp_link_pred.py under torchrun with NCCL, one process on the one GPU (issue 4).
       torchrun --standalone --nproc_per_node 1 examples/ddp_link_pred.py --device cuda \
