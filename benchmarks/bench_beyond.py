@@ -29,7 +29,7 @@ Sections (``--sections``, comma-separated):
   triton      the Triton path (pyg_edgedot._triton, used when nvcc is missing) against the
               CUDA extension at W3 (E = 30M, D = 128 fp32): forward, and forward + backward,
               the latter also with backward variants (module knobs of _triton: gradients and
-              gather indices permuted into sorted order first; 2 or 8 warps per row program).
+              gather indices permuted into sorted order first or not; warps per row program).
 
 Times are medians of CUDA events (perf_counter on the CPU) after warm-up, with the L2 flushed
 before each repetition outside the timed region; peak extra memory is
@@ -272,10 +272,10 @@ def section_triton(bench: Bench, sizes: Dict[str, int], device) -> List[Dict[str
     }
     # Backward variants of the Triton path, measured side by side (module knobs of _triton).
     variants = {
-        "triton": {},
-        "triton_permuted": {"PERMUTE_PAYLOAD": True},
-        "triton_permuted_2warps": {"PERMUTE_PAYLOAD": True, "GRAD_NUM_WARPS": 2},
-        "triton_8warps": {"GRAD_NUM_WARPS": 8},
+        "triton": {},  # the defaults: sorted payload, 2 warps per row program
+        "triton_unsorted_2warps": {"PERMUTE_PAYLOAD": False, "GRAD_NUM_WARPS": 2},
+        "triton_unsorted_4warps": {"PERMUTE_PAYLOAD": False, "GRAD_NUM_WARPS": 4},
+        "triton_1warp": {"GRAD_NUM_WARPS": 1},
     }
     for name in list(variants)[1:]:
         methods[name] = methods["triton"]

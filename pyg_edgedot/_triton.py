@@ -59,7 +59,8 @@ FWD_NUM_STAGES = 1  # the column loop usually runs once; no software pipelining
 # Backward: bytes of one gathered tile [BLOCK_K, BLOCK_D] (plus an accumulator tile).
 GRAD_TILE_BYTES = 8192
 GRAD_MIN_EDGES, GRAD_MAX_EDGES = 8, 64
-GRAD_NUM_WARPS = 2  # H200, W3 fp32 fwd+bwd (bench_beyond.py): 25.8 ms; 4 warps 32.8, 8 warps 69.1
+# H200, W3 fp32 fwd+bwd (bench_beyond.py, sorted payload): 2 warps 25.8 ms, 4 warps 32.8 ms.
+GRAD_NUM_WARPS = 2
 # Put the gather indices and gradients in sorted order with torch before the row kernels
 # (True), or let the kernels read them through the sort permutation (False).
 PERMUTE_PAYLOAD = True
