@@ -35,6 +35,14 @@ for step in "$@"; do
         timeout 300 python3 -m pytest -q -rs -n 12 -p no:cacheprovider -k cuda \
           tests/test_edge_dot.py tests/test_grad.py tests/test_compile.py tests/test_errors.py \
           tests/test_nn.py 2>&1 | tee "$OUT/pytest_triton_core.log" | tail -15 ) ;;
+    triton_defaults)
+      # The Triton path with nvcc hidden and no CUDA build at all: its own tests and the core
+      # CUDA tests (run 5, after the backward defaults changed).
+      ( export CUDA_HOME=/nonexistent TORCH_EXTENSIONS_DIR=/tmp/pyg_edgedot_ext_triton
+        python3 -m pyg_edgedot 2>&1 | tail -2
+        timeout 170 python3 -m pytest -q -n 16 -p no:cacheprovider -k cuda tests/test_triton.py \
+          tests/test_grad.py tests/test_edge_dot.py tests/test_compile.py 2>&1 \
+          | tee "$OUT/pytest_triton_defaults.log" | tail -3 ) ;;
     beyond)
       # Ranking, candidate scoring, DistMult and the Triton path against their peers (issue 5).
       python3 benchmarks/bench_beyond.py --out "$OUT/beyond.json" 2>&1 | tee "$OUT/beyond.log" \
