@@ -372,6 +372,7 @@ def main(argv=None) -> int:
             r"[^a-z0-9]+", "_", doc["device"]["name"].lower()).replace("nvidia_", "").strip("_")
         args.out = RESULTS_DIR / (f"{tag}_beyond{'_quick' if args.quick else ''}_"
                                   f"{_dt.date.today():%Y%m%d}.json")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
     for name in sections:
         if name == "triton" and device.type != "cuda":
             doc["results"].append(_record("triton", "-", "triton", "fwd",
@@ -386,6 +387,7 @@ def main(argv=None) -> int:
         bench.free(collect=True)
         args.out.parent.mkdir(parents=True, exist_ok=True)
         write_json(args.out, doc)
+    write_json(args.out, doc)
     print(f"device: {doc['device'].get('name')}; torch {torch.__version__}; backends "
           f"{doc['backends']}")
     print(format_table(doc["results"]))

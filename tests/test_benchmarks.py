@@ -327,3 +327,33 @@ def test_giant_is_skipped_when_the_gpu_lacks_memory(bench, fake_cuda, tmp_path):
     bench.run_giant(run, run_giant_spec)  # 8 GiB free (faked) < ~30 GB needed
     assert doc["giant"]["status"] == "skipped" and "GB free" in doc["giant"]["message"]
     assert json.loads((tmp_path / "r.json").read_text())["giant"]["status"] == "skipped"
+
+
+def test_bench_beyond_quick_cpu(tmp_path):
+    """benchmarks/bench_beyond.py --quick on the CPU: every section reports, ranks agree."""
+    out = tmp_path / "beyond.json"
+    script = ROOT / "benchmarks" / "bench_beyond.py"
+    proc = subprocess.run([sys.executable, str(script), "--quick", "--device", "cpu",
+                           "--out", str(out)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=900)
+    assert proc.returncode == 0, (proc.stdout[-5000:], proc.stderr[-5000:])
+    doc = json.loads(out.read_text())
+    assert doc["schema"] == "pyg_edgedot-bench-beyond/1" and doc["quick"]
+    by_section = {}
+    for rec in doc["results"]:
+        by_section.setdefault(rec["section"], []).append(rec)
+    assert set(by_section) == {"ranking", "candidates", "distmult", "triton"}
+    assert [r["status"] for r in by_section["triton"]] == ["n/a"]  # needs CUDA
+    ranking = {r["method"]: r for r in by_section["ranking"]}
+    assert set(ranking) == {"ogb_batched", "ogb_batched_1M", "edge_dot_pairs",
+                            "score_candidates", "rank_candidates"}
+    for rec in ranking.values():
+        assert rec["status"] == "ok" and rec["ms"] > 0
+        assert rec["ranks_equal_to_ogb_batched"] >= 0.99
+    for rec in by_section["candidates"]:
+        assert rec["status"] == "ok" and rec["max_abs_diff_vs_edge_dot"] <= 1e-2
+    phases = {(r["method"], r["phase"]) for r in by_section["distmult"]}
+    assert phases == {(m, p) for m in ("pyg_edgedot", "eager", "compile")
+                      for p in ("fwd", "fwd+bwd")}
+    assert all(r["status"] == "ok" for r in by_section["distmult"])
+    assert "== ranking ==" in proc.stdout
