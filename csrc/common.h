@@ -31,10 +31,8 @@ inline void check_index(const char* op, const at::Tensor& index, const char* nam
                     ")");
 }
 
-// The checks of the forward op, at its boundary.
-inline void check_edge_dot_args(const at::Tensor& x_src, const at::Tensor& x_dst,
-                                const at::Tensor& src_index, const at::Tensor& dst_index) {
-  const char* op = "edge_dot";
+// x_src [N_src, D] and x_dst [N_dst, D]: the same dtype, device and D.
+inline void check_feature_pair(const char* op, const at::Tensor& x_src, const at::Tensor& x_dst) {
   check_features(op, x_src, "x_src");
   check_features(op, x_dst, "x_dst");
   TORCH_CHECK_TYPE(x_src.scalar_type() == x_dst.scalar_type(), op,
@@ -46,6 +44,13 @@ inline void check_edge_dot_args(const at::Tensor& x_src, const at::Tensor& x_dst
   TORCH_CHECK_VALUE(x_src.size(1) == x_dst.size(1), op,
                     ": x_src and x_dst must have the same feature dimension (got ",
                     x_src.size(1), " and ", x_dst.size(1), ")");
+}
+
+// The checks of the forward op, at its boundary.
+inline void check_edge_dot_args(const at::Tensor& x_src, const at::Tensor& x_dst,
+                                const at::Tensor& src_index, const at::Tensor& dst_index) {
+  const char* op = "edge_dot";
+  check_feature_pair(op, x_src, x_dst);
   check_index(op, src_index, "src_index", x_src, "x_src");
   check_index(op, dst_index, "dst_index", x_src, "x_src");
   TORCH_CHECK_TYPE(src_index.scalar_type() == dst_index.scalar_type(), op,
@@ -137,6 +142,66 @@ inline void check_rel_grad_args(const at::Tensor& grad_out, const at::Tensor& x_
   TORCH_CHECK_VALUE(a_index.size(0) == b_index.size(0), op,
                     ": a_index and b_index must have the same length (got ", a_index.size(0),
                     " and ", b_index.size(0), ")");
+}
+
+}  // namespace pyg_edgedot
+
+namespace pyg_edgedot {
+
+// [N] (rows == -1) or [N, K] (rows == N) index tensor, int32/int64, on the device of x_src.
+inline void check_candidate_index(const char* op, const at::Tensor& index, const char* name,
+                                  int64_t dims, const at::Tensor& x_src) {
+  if (dims == 1) {
+    TORCH_CHECK_VALUE(index.dim() == 1, op, ": ", name, " must be 1-D [N] (got shape ",
+                      index.sizes(), ")");
+  } else {
+    TORCH_CHECK_VALUE(index.dim() == 2, op, ": ", name, " must be 2-D [N, K] (got shape ",
+                      index.sizes(), ")");
+  }
+  TORCH_CHECK_TYPE(is_supported_index(index.scalar_type()), op, ": ", name,
+                   " must be int64 or int32 (got ", index.scalar_type(), ")");
+  TORCH_CHECK_VALUE(index.device() == x_src.device(), op, ": x_src and ", name,
+                    " must be on the same device (got ", x_src.device(), " and ",
+                    index.device(), ")");
+}
+
+inline void check_same_index_dtype(const char* op, const at::Tensor& a, const char* a_name,
+                                   const at::Tensor& b, const char* b_name) {
+  TORCH_CHECK_TYPE(a.scalar_type() == b.scalar_type(), op, ": ", a_name, " and ", b_name,
+                   " must have the same dtype (got ", a.scalar_type(), " and ", b.scalar_type(),
+                   ")");
+}
+
+// The checks of the candidate ops, at their boundary.
+inline void check_score_candidates_args(const at::Tensor& x_src, const at::Tensor& x_dst,
+                                        const at::Tensor& src_index,
+                                        const at::Tensor& cand_index) {
+  const char* op = "score_candidates";
+  check_feature_pair(op, x_src, x_dst);
+  check_candidate_index(op, src_index, "src_index", 1, x_src);
+  check_candidate_index(op, cand_index, "cand_index", 2, x_src);
+  check_same_index_dtype(op, src_index, "src_index", cand_index, "cand_index");
+  TORCH_CHECK_VALUE(cand_index.size(0) == src_index.size(0), op,
+                    ": cand_index must have one row per entry of src_index (got ",
+                    cand_index.size(0), " rows and ", src_index.size(0), " sources)");
+}
+
+inline void check_rank_candidates_args(const at::Tensor& x_src, const at::Tensor& x_dst,
+                                       const at::Tensor& src_index, const at::Tensor& pos_index,
+                                       const at::Tensor& neg_index) {
+  const char* op = "rank_candidates";
+  check_feature_pair(op, x_src, x_dst);
+  check_candidate_index(op, src_index, "src_index", 1, x_src);
+  check_candidate_index(op, pos_index, "pos_index", 1, x_src);
+  check_candidate_index(op, neg_index, "neg_index", 2, x_src);
+  check_same_index_dtype(op, src_index, "src_index", pos_index, "pos_index");
+  check_same_index_dtype(op, src_index, "src_index", neg_index, "neg_index");
+  TORCH_CHECK_VALUE(pos_index.size(0) == src_index.size(0), op,
+                    ": pos_index must have one entry per entry of src_index (got ",
+                    pos_index.size(0), " and ", src_index.size(0), ")");
+  TORCH_CHECK_VALUE(neg_index.size(0) == src_index.size(0), op,
+                    ": neg_index must have one row per entry of src_index (got ",
+                    neg_index.size(0), " rows and ", src_index.size(0), " sources)");
 }
 
 }  // namespace pyg_edgedot

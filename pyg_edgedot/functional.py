@@ -18,14 +18,8 @@ def _as_plain_index(edge_index) -> Tensor:
     return edge_index
 
 
-def check_inputs(x_src: Tensor, x_dst: Tensor, edge_index: Tensor,
-                 op: str = "edge_dot") -> Tuple[Tensor, Tensor]:
-    """Checks shapes, dtypes and devices; returns ``(src_index, dst_index)`` as views.
-
-    The C++ ops check the same at their boundary (csrc/common.h), for direct callers; these
-    checks come first so that users get Python exceptions without relying on C++ exceptions
-    crossing into Python (which crash on some toolchain images: see scripts/throw_bisect.py).
-    """
+def check_features(x_src: Tensor, x_dst: Tensor, op: str = "edge_dot") -> None:
+    """Checks that x_src and x_dst are 2-D float tensors of one dtype, device and width."""
     for name, x in (("x_src", x_src), ("x_dst", x_dst)):
         if not isinstance(x, Tensor):
             raise TypeError(f"{op}: {name} must be a Tensor (got {type(x).__name__})")
@@ -44,6 +38,24 @@ def check_inputs(x_src: Tensor, x_dst: Tensor, edge_index: Tensor,
     if x_src.size(1) != x_dst.size(1):
         raise ValueError(f"{op}: x_src and x_dst must have the same feature dimension "
                          f"(got {x_src.size(1)} and {x_dst.size(1)})")
+
+
+def should_read_first_bad(validate: bool, first_bad: Tensor) -> bool:
+    """Whether to read ``first_bad`` back (validation's one host synchronization): never
+    inside a compiled graph or while a CUDA graph is captured."""
+    return validate and not torch.compiler.is_compiling() and not (
+        first_bad.is_cuda and torch.cuda.is_current_stream_capturing())
+
+
+def check_inputs(x_src: Tensor, x_dst: Tensor, edge_index: Tensor,
+                 op: str = "edge_dot") -> Tuple[Tensor, Tensor]:
+    """Checks shapes, dtypes and devices; returns ``(src_index, dst_index)`` as views.
+
+    The C++ ops check the same at their boundary (csrc/common.h), for direct callers; these
+    checks come first so that users get Python exceptions without relying on C++ exceptions
+    crossing into Python (which crash on some toolchain images: see scripts/throw_bisect.py).
+    """
+    check_features(x_src, x_dst, op)
     if not isinstance(edge_index, Tensor):
         raise TypeError(f"{op}: edge_index must be a Tensor of shape [2, E] "
                         f"(got {type(edge_index).__name__})")
@@ -159,8 +171,7 @@ def edge_dot(x_src: Tensor, x_dst: Tensor, edge_index: Tensor, rel: Optional[Ten
         rel, rel_index = check_relation(x_src, _as_plain_index(edge_index), rel, edge_type)
         out, first_bad = torch.ops.pyg_edgedot.edge_dot_rel(x_src, x_dst, rel, src_index,
                                                             dst_index, rel_index)
-    if validate and not torch.compiler.is_compiling() and not (
-            first_bad.is_cuda and torch.cuda.is_current_stream_capturing()):
+    if should_read_first_bad(validate, first_bad):
         bad = int(first_bad.item())
         if bad >= 0:
             raise IndexError(out_of_range_message(

@@ -17,28 +17,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from .functional import INDEX_DTYPES, SUPPORTED_DTYPES
-
-
-def _check_features(op: str, x_src: Tensor, x_dst: Tensor) -> None:
-    for name, x in (("x_src", x_src), ("x_dst", x_dst)):
-        if not isinstance(x, Tensor):
-            raise TypeError(f"{op}: {name} must be a Tensor (got {type(x).__name__})")
-        if x.dim() != 2:
-            raise ValueError(f"{op}: {name} must be 2-D [num_nodes, feat_dim] "
-                             f"(got shape {tuple(x.shape)})")
-        if x.dtype not in SUPPORTED_DTYPES:
-            raise TypeError(f"{op}: {name} must be float32, float64, float16 or bfloat16 "
-                            f"(got {x.dtype})")
-    if x_src.dtype != x_dst.dtype:
-        raise TypeError(f"{op}: x_src and x_dst must have the same dtype "
-                        f"(got {x_src.dtype} and {x_dst.dtype})")
-    if x_src.device != x_dst.device:
-        raise ValueError(f"{op}: x_src and x_dst must be on the same device "
-                         f"(got {x_src.device} and {x_dst.device})")
-    if x_src.size(1) != x_dst.size(1):
-        raise ValueError(f"{op}: x_src and x_dst must have the same feature dimension "
-                         f"(got {x_src.size(1)} and {x_dst.size(1)})")
+from .functional import INDEX_DTYPES, check_features, should_read_first_bad
 
 
 def _check_index(op: str, index: Tensor, name: str, shape: str, x_src: Tensor,
@@ -64,12 +43,6 @@ def _check_same_index_dtype(op: str, src_index: Tensor, index: Tensor, name: str
     if index.dtype != src_index.dtype:
         raise TypeError(f"{op}: src_index and {name} must have the same dtype "
                         f"(got {src_index.dtype} and {index.dtype})")
-
-
-def _should_read_first_bad(validate: bool, first_bad: Tensor) -> bool:
-    # The one host read of validation; never inside a compiled graph or a CUDA graph capture.
-    return validate and not torch.compiler.is_compiling() and not (
-        first_bad.is_cuda and torch.cuda.is_current_stream_capturing())
 
 
 def _out_of_range_message(op: str, row: int, x_src: Tensor, x_dst: Tensor,
@@ -141,12 +114,12 @@ def score_candidates(x_src: Tensor, x_dst: Tensor, src_index: Tensor, cand_index
             one (``src_index[n]`` is reported before ``cand_index[n, :]``).
     """
     op = "score_candidates"
-    _check_features(op, x_src, x_dst)
+    check_features(x_src, x_dst, op)
     _check_index(op, src_index, "src_index", "[N]", x_src)
     _check_index(op, cand_index, "cand_index", "[N, K]", x_src, src_index.size(0))
     _check_same_index_dtype(op, src_index, cand_index, "cand_index")
     out, first_bad = torch.ops.pyg_edgedot.score_candidates(x_src, x_dst, src_index, cand_index)
-    if _should_read_first_bad(validate, first_bad):
+    if should_read_first_bad(validate, first_bad):
         row = int(first_bad.item())
         if row >= 0:
             raise IndexError(_out_of_range_message(
@@ -200,7 +173,7 @@ def rank_candidates(x_src: Tensor, x_dst: Tensor, src_index: Tensor, pos_index: 
             ``neg_index`` and the position, for the first row that holds one.
     """
     op = "rank_candidates"
-    _check_features(op, x_src, x_dst)
+    check_features(x_src, x_dst, op)
     _check_index(op, src_index, "src_index", "[N]", x_src)
     _check_index(op, pos_index, "pos_index", "[N]", x_src, src_index.size(0))
     _check_index(op, neg_index, "neg_index", "[N, K]", x_src, src_index.size(0))
@@ -208,7 +181,7 @@ def rank_candidates(x_src: Tensor, x_dst: Tensor, src_index: Tensor, pos_index: 
     _check_same_index_dtype(op, src_index, neg_index, "neg_index")
     rank, first_bad = torch.ops.pyg_edgedot.rank_candidates(
         x_src.detach(), x_dst.detach(), src_index, pos_index, neg_index)
-    if _should_read_first_bad(validate, first_bad):
+    if should_read_first_bad(validate, first_bad):
         row = int(first_bad.item())
         if row >= 0:
             raise IndexError(_out_of_range_message(

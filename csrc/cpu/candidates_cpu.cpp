@@ -15,13 +15,6 @@
 
 namespace pyg_edgedot {
 
-// Defined in csrc/candidates.cpp.
-void check_score_candidates_args(const at::Tensor& x_src, const at::Tensor& x_dst,
-                                 const at::Tensor& src_index, const at::Tensor& cand_index);
-void check_rank_candidates_args(const at::Tensor& x_src, const at::Tensor& x_dst,
-                                const at::Tensor& src_index, const at::Tensor& pos_index,
-                                const at::Tensor& neg_index);
-
 namespace {
 
 // Dot product of an opmath row with a row of the input dtype, eight partial sums so the

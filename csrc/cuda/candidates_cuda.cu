@@ -27,19 +27,13 @@
 #include <limits>
 
 #include "common.h"
+#include "vec.cuh"
 
 namespace pyg_edgedot {
 
-// Defined in csrc/candidates.cpp.
-void check_score_candidates_args(const at::Tensor& x_src, const at::Tensor& x_dst,
-                                 const at::Tensor& src_index, const at::Tensor& cand_index);
-void check_rank_candidates_args(const at::Tensor& x_src, const at::Tensor& x_dst,
-                                const at::Tensor& src_index, const at::Tensor& pos_index,
-                                const at::Tensor& neg_index);
-
 namespace {
 
-constexpr int kWarp = 32;
+using namespace ::pyg_edgedot::cuda;
 constexpr int kMaxWarpsPerBlock = 8;
 constexpr unsigned kFullMask = 0xffffffffu;
 // Candidate rows whose loads are in flight together per group (as edge_dot's forward).
@@ -50,22 +44,6 @@ constexpr int64_t kStageBytesPerBlock = 48 * 1024;
 constexpr int kMinStagedWarpsPerBlock = 4;
 // Set in a row's "greater" count when the row holds an index out of range (multi-tile ranks).
 constexpr unsigned long long kBadRowBit = 1ull << 63;
-
-template <typename T, int N>
-struct alignas(sizeof(T) * N) Vec {
-  T val[N];
-};
-
-template <int VEC, typename scalar_t>
-__device__ __forceinline__ void load_vec(const scalar_t* __restrict__ ptr, scalar_t (&out)[VEC]) {
-  if constexpr (VEC == 1) {
-    out[0] = __ldg(ptr);
-  } else {
-    const Vec<scalar_t, VEC> v = *reinterpret_cast<const Vec<scalar_t, VEC>*>(ptr);
-#pragma unroll
-    for (int i = 0; i < VEC; ++i) out[i] = v.val[i];
-  }
-}
 
 // The source row of a work item: staged in shared memory (opmath, 16-byte aligned) or, when
 // `staged` is null, read from global memory, where it stays L1-resident across candidates.
@@ -344,20 +322,6 @@ __global__ void ranks_from_counts_kernel(const unsigned long long* __restrict__ 
 // ---------------------------------------------------------------------------------------
 // Launch configuration
 // ---------------------------------------------------------------------------------------
-
-inline bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
-
-inline bool rows_vectorizable(const at::Tensor& x, int vec) {
-  return vec > 1 && x.size(1) % vec == 0 && x.stride(0) % vec == 0 && aligned16(x.const_data_ptr());
-}
-
-// Lanes per group: enough that one pass of VEC-wide loads covers the row, at most a warp.
-inline int group_size_for(int64_t feat_dim, int vec) {
-  const int64_t lanes_needed = std::max<int64_t>(1, (feat_dim + vec - 1) / vec);
-  int group = 1;
-  while (group < kWarp && group < lanes_needed) group *= 2;
-  return group;
-}
 
 inline int num_sms() {
   int device = 0, sms = 0;

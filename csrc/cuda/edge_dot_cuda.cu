@@ -26,48 +26,13 @@
 #include <limits>
 
 #include "common.h"
+#include "vec.cuh"
 
 namespace pyg_edgedot {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kWarp = 32;
-
-template <typename T, int N>
-struct alignas(sizeof(T) * N) Vec {
-  T val[N];
-};
-
-template <int VEC, typename scalar_t>
-__device__ __forceinline__ void load_vec(const scalar_t* __restrict__ ptr, scalar_t (&out)[VEC]) {
-  if constexpr (VEC == 1) {
-    out[0] = __ldg(ptr);
-  } else {
-    const Vec<scalar_t, VEC> v = *reinterpret_cast<const Vec<scalar_t, VEC>*>(ptr);
-#pragma unroll
-    for (int i = 0; i < VEC; ++i) out[i] = v.val[i];
-  }
-}
-
-template <int VEC, typename scalar_t, typename acc_t>
-__device__ __forceinline__ void store_vec(scalar_t* __restrict__ ptr, const acc_t (&acc)[VEC]) {
-  if constexpr (VEC == 1) {
-    ptr[0] = static_cast<scalar_t>(acc[0]);
-  } else {
-    Vec<scalar_t, VEC> v;
-#pragma unroll
-    for (int i = 0; i < VEC; ++i) v.val[i] = static_cast<scalar_t>(acc[i]);
-    *reinterpret_cast<Vec<scalar_t, VEC>*>(ptr) = v;
-  }
-}
-
-// Lanes per group: enough that one pass of 16-byte loads covers the row, at most a warp.
-inline int group_size_for(int64_t feat_dim, int vec) {
-  const int64_t lanes_needed = std::max<int64_t>(1, (feat_dim + vec - 1) / vec);
-  int group = 1;
-  while (group < kWarp && group < lanes_needed) group *= 2;
-  return group;
-}
+using namespace ::pyg_edgedot::cuda;
 
 inline int64_t grid_for(int64_t num_warps_needed) {
   const int64_t warps_per_block = kThreads / kWarp;
@@ -77,13 +42,6 @@ inline int64_t grid_for(int64_t num_warps_needed) {
   C10_CUDA_CHECK(cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, device));
   const int64_t max_blocks = static_cast<int64_t>(num_sms) * 32;
   return std::max<int64_t>(1, std::min(blocks, max_blocks));
-}
-
-inline bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
-
-// 16-byte vectors are used when every row starts on a 16-byte boundary.
-inline bool rows_vectorizable(const at::Tensor& x, int vec) {
-  return vec > 1 && x.size(1) % vec == 0 && x.stride(0) % vec == 0 && aligned16(x.const_data_ptr());
 }
 
 // ---------------------------------------------------------------------------------------
