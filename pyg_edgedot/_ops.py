@@ -197,13 +197,11 @@ def _triton_unusable() -> Optional[str]:
     """None if the Triton kernels can serve CUDA tensors here, else why not."""
     if os.environ.get("PYG_EDGEDOT_FORCE_FALLBACK", "0") == "1":
         return "PYG_EDGEDOT_FORCE_FALLBACK=1 is set"
-    if os.environ.get("PYG_EDGEDOT_TRITON", "1") == "0":
-        return "PYG_EDGEDOT_TRITON=0 is set"
     try:
         from . import _triton
     except Exception as err:  # noqa: BLE001  (a broken triton install: say so, go on)
         return f"importing the Triton kernels failed: {_short(err)}"
-    return _triton.available()
+    return _triton.available()  # also honours PYG_EDGEDOT_TRITON=0
 
 
 def _register_cuda_without_extension() -> None:

@@ -46,6 +46,39 @@ def _valid_and_clamped(index: Tensor, num_rows: int) -> Tuple[Tensor, Tensor]:
     return valid, index.clamp(0, max(num_rows - 1, 0)).long()
 
 
+def _scores(x_src: Tensor, x_dst: Tensor, src_index: Tensor, dst_index: Tensor,
+            rel: Optional[Tensor] = None,
+            rel_index: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
+    """out[e] = sum_k x_src[s_e, k] (* rel[t_e, k]) * x_dst[d_e, k], in chunks; the relation
+    factor only when ``rel`` is given. Returns ``(out, first_bad)``."""
+    num_edges = src_index.numel()
+    num_src, num_dst = x_src.size(0), x_dst.size(0)
+    num_rel = 1 if rel is None else rel.size(0)
+    out = torch.empty(num_edges, dtype=x_src.dtype, device=x_src.device)
+    first_bad = torch.full((1,), -1, dtype=torch.int64, device=x_src.device)
+    acc = _acc_dtype(x_src.dtype)
+    step = _chunk_size(x_src.size(1))
+    for start in range(0, num_edges, step):
+        src_ok, src = _valid_and_clamped(src_index[start:start + step], num_src)
+        dst_ok, dst = _valid_and_clamped(dst_index[start:start + step], num_dst)
+        ok = src_ok & dst_ok
+        if rel is not None:
+            rel_ok, typ = _valid_and_clamped(rel_index[start:start + step], num_rel)
+            ok = ok & rel_ok
+        if num_src == 0 or num_dst == 0 or num_rel == 0:
+            score = torch.full(ok.shape, float("nan"), dtype=acc, device=out.device)
+        else:
+            rows = x_src[src].to(acc)
+            if rel is not None:
+                rows = rows * rel[typ].to(acc)
+            score = (rows * x_dst[dst].to(acc)).sum(-1)
+            score = score.masked_fill(~ok, float("nan"))
+        out[start:start + step] = score.to(out.dtype)
+        if bool(first_bad < 0) and not bool(ok.all()):
+            first_bad.fill_(start + int((~ok).nonzero()[0, 0]))
+    return out, first_bad
+
+
 def edge_dot(x_src: Tensor, x_dst: Tensor, src_index: Tensor,
              dst_index: Tensor) -> Tuple[Tensor, Tensor]:
     """out[e] = sum_k x_src[src_index[e], k] * x_dst[dst_index[e], k], in chunks.
@@ -53,27 +86,34 @@ def edge_dot(x_src: Tensor, x_dst: Tensor, src_index: Tensor,
     Returns ``(out, first_bad)``, ``first_bad`` the first edge with an index out of range
     (as a one-element int64 tensor), or -1.
     """
-    num_edges = src_index.numel()
-    num_src, num_dst = x_src.size(0), x_dst.size(0)
-    out = torch.empty(num_edges, dtype=x_src.dtype, device=x_src.device)
-    first_bad = torch.full((1,), -1, dtype=torch.int64, device=x_src.device)
-    acc = _acc_dtype(x_src.dtype)
-    step = _chunk_size(x_src.size(1))
+    return _scores(x_src, x_dst, src_index, dst_index)
+
+
+def _scatter(grad_out: Tensor, x_gather: Tensor, scatter_index: Tensor,
+             gather_index: Tensor, num_rows: int, x_other: Optional[Tensor] = None,
+             other_index: Optional[Tensor] = None) -> Tensor:
+    """out[scatter[e], :] += grad_out[e] * x_gather[gather[e], :] (* x_other[other[e], :]),
+    in chunks; the last factor only when ``x_other`` is given."""
+    feat_dim = x_gather.size(1)
+    acc = _acc_dtype(x_gather.dtype)
+    out = torch.zeros(num_rows, feat_dim, dtype=acc, device=x_gather.device)
+    num_edges = scatter_index.numel()
+    if (num_edges == 0 or num_rows == 0 or x_gather.size(0) == 0
+            or (x_other is not None and x_other.size(0) == 0)):
+        return out.to(x_gather.dtype)
+    step = _chunk_size(feat_dim)
     for start in range(0, num_edges, step):
-        src = src_index[start:start + step]
-        dst = dst_index[start:start + step]
-        src_ok, src = _valid_and_clamped(src, num_src)
-        dst_ok, dst = _valid_and_clamped(dst, num_dst)
-        ok = src_ok & dst_ok
-        if num_src == 0 or num_dst == 0:
-            score = torch.full(ok.shape, float("nan"), dtype=acc, device=out.device)
-        else:
-            score = (x_src[src].to(acc) * x_dst[dst].to(acc)).sum(-1)
-            score = score.masked_fill(~ok, float("nan"))
-        out[start:start + step] = score.to(out.dtype)
-        if bool(first_bad < 0) and not bool(ok.all()):
-            first_bad.fill_(start + int((~ok).nonzero()[0, 0]))
-    return out, first_bad
+        sc_ok, sc = _valid_and_clamped(scatter_index[start:start + step], num_rows)
+        ga_ok, ga = _valid_and_clamped(gather_index[start:start + step], x_gather.size(0))
+        ok = sc_ok & ga_ok
+        contrib = x_gather[ga].to(acc) * grad_out[start:start + step].to(acc).unsqueeze(-1)
+        if x_other is not None:
+            ot_ok, ot = _valid_and_clamped(other_index[start:start + step], x_other.size(0))
+            ok = ok & ot_ok
+            contrib = contrib * x_other[ot].to(acc)
+        contrib = contrib.masked_fill(~ok.unsqueeze(-1), 0)
+        out.index_add_(0, sc, contrib)
+    return out.to(x_gather.dtype)
 
 
 def edge_dot_grad(grad_out: Tensor, x_gather: Tensor, scatter_index: Tensor,
@@ -84,64 +124,17 @@ def edge_dot_grad(grad_out: Tensor, x_gather: Tensor, scatter_index: Tensor,
     (float64 for float64) and returns the dtype of ``x_gather``. ``deterministic`` is
     honoured by PyTorch's own ``index_add_`` under ``torch.use_deterministic_algorithms``.
     """
-    feat_dim = x_gather.size(1)
-    acc = _acc_dtype(x_gather.dtype)
-    out = torch.zeros(num_rows, feat_dim, dtype=acc, device=x_gather.device)
-    num_edges = scatter_index.numel()
-    if num_edges == 0 or num_rows == 0 or x_gather.size(0) == 0:
-        return out.to(x_gather.dtype)
-    step = _chunk_size(feat_dim)
-    for start in range(0, num_edges, step):
-        sc_ok, sc = _valid_and_clamped(scatter_index[start:start + step], num_rows)
-        ga_ok, ga = _valid_and_clamped(gather_index[start:start + step], x_gather.size(0))
-        contrib = x_gather[ga].to(acc) * grad_out[start:start + step].to(acc).unsqueeze(-1)
-        contrib = contrib.masked_fill(~(sc_ok & ga_ok).unsqueeze(-1), 0)
-        out.index_add_(0, sc, contrib)
-    return out.to(x_gather.dtype)
+    return _scatter(grad_out, x_gather, scatter_index, gather_index, num_rows)
 
 
 def edge_dot_rel(x_src: Tensor, x_dst: Tensor, rel: Tensor, src_index: Tensor,
                  dst_index: Tensor, rel_index: Tensor) -> Tuple[Tensor, Tensor]:
     """out[e] = sum_k x_src[s_e, k] * rel[t_e, k] * x_dst[d_e, k], in chunks."""
-    num_edges = src_index.numel()
-    num_src, num_dst, num_rel = x_src.size(0), x_dst.size(0), rel.size(0)
-    out = torch.empty(num_edges, dtype=x_src.dtype, device=x_src.device)
-    first_bad = torch.full((1,), -1, dtype=torch.int64, device=x_src.device)
-    acc = _acc_dtype(x_src.dtype)
-    step = _chunk_size(x_src.size(1))
-    for start in range(0, num_edges, step):
-        src_ok, src = _valid_and_clamped(src_index[start:start + step], num_src)
-        dst_ok, dst = _valid_and_clamped(dst_index[start:start + step], num_dst)
-        rel_ok, typ = _valid_and_clamped(rel_index[start:start + step], num_rel)
-        ok = src_ok & dst_ok & rel_ok
-        if num_src == 0 or num_dst == 0 or num_rel == 0:
-            score = torch.full(ok.shape, float("nan"), dtype=acc, device=out.device)
-        else:
-            score = (x_src[src].to(acc) * rel[typ].to(acc) * x_dst[dst].to(acc)).sum(-1)
-            score = score.masked_fill(~ok, float("nan"))
-        out[start:start + step] = score.to(out.dtype)
-        if bool(first_bad < 0) and not bool(ok.all()):
-            first_bad.fill_(start + int((~ok).nonzero()[0, 0]))
-    return out, first_bad
+    return _scores(x_src, x_dst, src_index, dst_index, rel, rel_index)
 
 
 def edge_dot_rel_grad(grad_out: Tensor, x_a: Tensor, x_b: Tensor, scatter_index: Tensor,
                       a_index: Tensor, b_index: Tensor, num_rows: int,
                       deterministic: bool = False) -> Tensor:
     """out[scatter[e], :] += grad_out[e] * x_a[a_index[e], :] * x_b[b_index[e], :], chunked."""
-    feat_dim = x_b.size(1)
-    acc = _acc_dtype(x_b.dtype)
-    out = torch.zeros(num_rows, feat_dim, dtype=acc, device=x_b.device)
-    num_edges = scatter_index.numel()
-    if num_edges == 0 or num_rows == 0 or x_a.size(0) == 0 or x_b.size(0) == 0:
-        return out.to(x_b.dtype)
-    step = _chunk_size(feat_dim)
-    for start in range(0, num_edges, step):
-        sc_ok, sc = _valid_and_clamped(scatter_index[start:start + step], num_rows)
-        a_ok, a = _valid_and_clamped(a_index[start:start + step], x_a.size(0))
-        b_ok, b = _valid_and_clamped(b_index[start:start + step], x_b.size(0))
-        weight = grad_out[start:start + step].to(acc).unsqueeze(-1)
-        contrib = weight * x_a[a].to(acc) * x_b[b].to(acc)
-        contrib = contrib.masked_fill(~(sc_ok & a_ok & b_ok).unsqueeze(-1), 0)
-        out.index_add_(0, sc, contrib)
-    return out.to(x_b.dtype)
+    return _scatter(grad_out, x_b, scatter_index, b_index, num_rows, x_a, a_index)

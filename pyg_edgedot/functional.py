@@ -71,10 +71,11 @@ def check_inputs(x_src: Tensor, x_dst: Tensor, edge_index: Tensor,
     return edge_index[0], edge_index[1]
 
 
-def check_relation(x_src: Tensor, edge_index: Tensor, rel: Optional[Tensor],
+def check_relation(x_src: Tensor, src_index: Tensor, rel: Optional[Tensor],
                    edge_type: Optional[Tensor], op: str = "edge_dot") -> Tuple[Tensor, Tensor]:
-    """Checks ``rel`` and ``edge_type``; returns ``(rel [R, D], rel_index [E])``."""
-    num_edges = edge_index.size(1)
+    """Checks ``rel`` and ``edge_type`` (``src_index`` as :func:`check_inputs` returns it);
+    returns ``(rel [R, D], rel_index [E])``."""
+    num_edges = src_index.size(0)
     if rel is None:
         raise ValueError(f"{op}: edge_type was given without rel; pass rel=[R, D] relation "
                          "vectors too")
@@ -99,7 +100,7 @@ def check_relation(x_src: Tensor, edge_index: Tensor, rel: Optional[Tensor],
             raise ValueError(f"{op}: rel has {rel.size(0)} relations, so edge_type [E] is "
                              "required to say which one each edge uses")
         # One relation for every edge: a stride-0 view, no [E] index is materialized.
-        return rel, edge_index.new_zeros(1).expand(num_edges)
+        return rel, src_index.new_zeros(1).expand(num_edges)
     if not isinstance(edge_type, Tensor):
         raise TypeError(f"{op}: edge_type must be a Tensor (got {type(edge_type).__name__})")
     if edge_type.dim() != 1 or edge_type.size(0) != num_edges:
@@ -110,7 +111,7 @@ def check_relation(x_src: Tensor, edge_index: Tensor, rel: Optional[Tensor],
     if edge_type.device != x_src.device:
         raise ValueError(f"{op}: x_src and edge_type must be on the same device "
                          f"(got {x_src.device} and {edge_type.device})")
-    return rel, edge_type.to(edge_index.dtype)
+    return rel, edge_type.to(src_index.dtype)
 
 
 def edge_dot(x_src: Tensor, x_dst: Tensor, edge_index: Tensor, rel: Optional[Tensor] = None,
@@ -168,7 +169,7 @@ def edge_dot(x_src: Tensor, x_dst: Tensor, edge_index: Tensor, rel: Optional[Ten
     if rel is None and edge_type is None:
         out, first_bad = torch.ops.pyg_edgedot.edge_dot(x_src, x_dst, src_index, dst_index)
     else:
-        rel, rel_index = check_relation(x_src, _as_plain_index(edge_index), rel, edge_type)
+        rel, rel_index = check_relation(x_src, src_index, rel, edge_type)
         out, first_bad = torch.ops.pyg_edgedot.edge_dot_rel(x_src, x_dst, rel, src_index,
                                                             dst_index, rel_index)
     if should_read_first_bad(validate, first_bad):
