@@ -30,6 +30,33 @@ def test_backward_grid(shape, dtype, index_dtype, device, gen):
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=dtype_id)
+@pytest.mark.parametrize("feat_dim", [1, 3, 33, 128, 130, 515])
+@pytest.mark.parametrize("graph", ["sorted", "sparse", "hub"])
+def test_forward_backward_row_patterns(graph, feat_dim, dtype, device, gen):
+    # Edge orders and degrees that take the kernels' other paths: sources sorted (the forward
+    # reuses a source row across consecutive edges), most rows empty with a few dense ones
+    # (the backward's walk writes zero rows between), and a hub past the backward's piece
+    # length next to short rows; row widths that leave lanes idle (1, 3, 33, 130, 515).
+    num_nodes, num_edges = 700, 6000
+    ei = random_edge_index(gen, num_nodes, num_nodes, num_edges, torch.int64, device)
+    if graph == "sorted":
+        ei = ei[:, (ei[0] * num_nodes + ei[1]).argsort()]
+    elif graph == "sparse":
+        ei[0] = ei[0] % 9 * 77
+    else:
+        ei[0, :2500] = 3
+    x_src = randn(gen, num_nodes, feat_dim, dtype=dtype, device=device).requires_grad_(True)
+    x_dst = randn(gen, num_nodes, feat_dim, dtype=dtype, device=device).requires_grad_(True)
+    out = edge_dot(x_src, x_dst, ei)
+    assert_close(out, ref_edge_dot(x_src, x_dst, ei), dtype, "output")
+    grad_out = run_backward(out, gen)
+    ref_src, ref_dst = ref_grads(x_src, x_dst, ei, grad_out)
+    assert_close(x_src.grad, ref_src, dtype, "grad x_src")
+    assert_close(x_dst.grad, ref_dst, dtype, "grad x_dst")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=dtype_id)
 @pytest.mark.parametrize("feat_dim", [16, 7])
 @pytest.mark.parametrize("layout", X_LAYOUTS)
 def test_backward_x_layouts(layout, feat_dim, dtype, device, gen):

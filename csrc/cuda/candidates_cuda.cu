@@ -373,6 +373,37 @@ Plan plan_launch(int64_t num_rows, int64_t num_cand, int64_t feat_dim, size_t ac
   return plan;
 }
 
+// What both ops set up alike: rows with unit column stride and the first_bad flag, -1 (all
+// ones as unsigned) until a row with an index out of range lowers it.
+struct Inputs {
+  at::Tensor x_src, x_dst, first_bad;
+  unsigned long long* first_bad_ptr;
+};
+
+Inputs prepare(const at::Tensor& x_src, const at::Tensor& x_dst) {
+  Inputs in{unit_column_stride(x_src), unit_column_stride(x_dst),
+            at::full({1}, -1, x_src.options().dtype(at::kLong)), nullptr};
+  in.first_bad_ptr = reinterpret_cast<unsigned long long*>(in.first_bad.mutable_data_ptr<int64_t>());
+  return in;
+}
+
+// The launch plan and vector width, chosen the same way for both ops so that their scores
+// agree bitwise; launch(plan, vec_tag) runs the op's kernel. The source is read vectorized
+// only when it is not staged.
+template <typename scalar_t, typename Launch>
+void launch_with_plan(const Inputs& in, int64_t num_rows, int64_t num_cand, Launch&& launch) {
+  constexpr int kVec = 16 / sizeof(scalar_t);
+  const Plan plan = plan_launch(num_rows, num_cand, in.x_src.size(1),
+                                sizeof(at::opmath_type<scalar_t>));
+  const bool vectorized = rows_vectorizable(in.x_dst, kVec) &&
+                          (plan.staged_stride > 0 || rows_vectorizable(in.x_src, kVec));
+  if (vectorized) {
+    launch(plan, std::integral_constant<int, kVec>{});
+  } else {
+    launch(plan, std::integral_constant<int, 1>{});
+  }
+}
+
 // ---------------------------------------------------------------------------------------
 // Ops
 // ---------------------------------------------------------------------------------------
@@ -383,45 +414,30 @@ std::tuple<at::Tensor, at::Tensor> score_candidates_cuda(const at::Tensor& x_src
                                                          const at::Tensor& cand_index) {
   check_score_candidates_args(x_src_in, x_dst_in, src_index, cand_index);
   const c10::cuda::OptionalCUDAGuard guard(x_src_in.device());
-  const at::Tensor x_src = unit_column_stride(x_src_in);
-  const at::Tensor x_dst = unit_column_stride(x_dst_in);
+  const Inputs in = prepare(x_src_in, x_dst_in);
   const int64_t num_rows = cand_index.size(0), num_cand = cand_index.size(1);
-  at::Tensor out = at::empty({num_rows, num_cand}, x_src.options());
-  // -1 (all ones as unsigned) until a row with an index out of range lowers it.
-  at::Tensor first_bad = at::full({1}, -1, x_src.options().dtype(at::kLong));
-  if (num_rows == 0) return {out, first_bad};
-  auto* first_bad_ptr = reinterpret_cast<unsigned long long*>(first_bad.mutable_data_ptr<int64_t>());
+  at::Tensor out = at::empty({num_rows, num_cand}, in.x_src.options());
+  if (num_rows == 0) return {out, in.first_bad};
   const auto stream = c10::cuda::getCurrentCUDAStream();
 
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x_src.scalar_type(), "score_candidates_cuda", [&] {
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, in.x_src.scalar_type(), "score_candidates_cuda", [&] {
     AT_DISPATCH_INDEX_TYPES(src_index.scalar_type(), "score_candidates_cuda", [&] {
-      using acc_t = at::opmath_type<scalar_t>;
-      constexpr int kVec = 16 / sizeof(scalar_t);
-      const int64_t feat_dim = x_src.size(1);
-      const Plan plan = plan_launch(num_rows, num_cand, feat_dim, sizeof(acc_t));
-      // The source is read vectorized only when it is not staged.
-      const bool vectorized = rows_vectorizable(x_dst, kVec) &&
-                              (plan.staged_stride > 0 || rows_vectorizable(x_src, kVec));
-      auto launch = [&](auto vec_tag) {
+      launch_with_plan<scalar_t>(in, num_rows, num_cand, [&](const Plan& plan, auto vec_tag) {
         constexpr int V = decltype(vec_tag)::value;
+        const int64_t feat_dim = in.x_src.size(1);
         score_candidates_kernel<scalar_t, index_t, V>
             <<<plan.grid, plan.threads, plan.shared_bytes, stream>>>(
-                x_src.const_data_ptr<scalar_t>(), x_src.stride(0), x_src.size(0),
-                x_dst.const_data_ptr<scalar_t>(), x_dst.stride(0), x_dst.size(0),
+                in.x_src.const_data_ptr<scalar_t>(), in.x_src.stride(0), in.x_src.size(0),
+                in.x_dst.const_data_ptr<scalar_t>(), in.x_dst.stride(0), in.x_dst.size(0),
                 src_index.const_data_ptr<index_t>(), src_index.stride(0),
                 cand_index.const_data_ptr<index_t>(), cand_index.stride(0), cand_index.stride(1),
-                out.mutable_data_ptr<scalar_t>(), first_bad_ptr, plan.tiling, feat_dim,
+                out.mutable_data_ptr<scalar_t>(), in.first_bad_ptr, plan.tiling, feat_dim,
                 group_size_for(feat_dim, V), plan.staged_stride);
         C10_CUDA_KERNEL_LAUNCH_CHECK();
-      };
-      if (vectorized) {
-        launch(std::integral_constant<int, kVec>{});
-      } else {
-        launch(std::integral_constant<int, 1>{});
-      }
+      });
     });
   });
-  return {out, first_bad};
+  return {out, in.first_bad};
 }
 
 std::tuple<at::Tensor, at::Tensor> rank_candidates_cuda(const at::Tensor& x_src_in,
@@ -431,47 +447,34 @@ std::tuple<at::Tensor, at::Tensor> rank_candidates_cuda(const at::Tensor& x_src_
                                                         const at::Tensor& neg_index) {
   check_rank_candidates_args(x_src_in, x_dst_in, src_index, pos_index, neg_index);
   const c10::cuda::OptionalCUDAGuard guard(x_src_in.device());
-  const at::Tensor x_src = unit_column_stride(x_src_in);
-  const at::Tensor x_dst = unit_column_stride(x_dst_in);
+  const Inputs in = prepare(x_src_in, x_dst_in);
   const int64_t num_rows = src_index.size(0), num_cand = neg_index.size(1);
-  at::Tensor rank = at::empty({num_rows}, x_src.options().dtype(at::kFloat));
-  at::Tensor first_bad = at::full({1}, -1, x_src.options().dtype(at::kLong));
-  if (num_rows == 0) return {rank, first_bad};
-  auto* first_bad_ptr = reinterpret_cast<unsigned long long*>(first_bad.mutable_data_ptr<int64_t>());
+  at::Tensor rank = at::empty({num_rows}, in.x_src.options().dtype(at::kFloat));
+  if (num_rows == 0) return {rank, in.first_bad};
   const auto stream = c10::cuda::getCurrentCUDAStream();
 
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x_src.scalar_type(), "rank_candidates_cuda", [&] {
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, in.x_src.scalar_type(), "rank_candidates_cuda", [&] {
     AT_DISPATCH_INDEX_TYPES(src_index.scalar_type(), "rank_candidates_cuda", [&] {
-      using acc_t = at::opmath_type<scalar_t>;
-      constexpr int kVec = 16 / sizeof(scalar_t);
-      const int64_t feat_dim = x_src.size(1);
-      // The same plan and vector width as score_candidates, so the scores agree bitwise.
-      const Plan plan = plan_launch(num_rows, num_cand, feat_dim, sizeof(acc_t));
-      const bool vectorized = rows_vectorizable(x_dst, kVec) &&
-                              (plan.staged_stride > 0 || rows_vectorizable(x_src, kVec));
       at::Tensor counts;  // [2, N], only when rows are cut into several tiles
-      if (plan.tiling.tiles_per_row > 1) counts = at::zeros({2, num_rows}, first_bad.options());
-      auto* counts_ptr = counts.defined()
-                             ? reinterpret_cast<unsigned long long*>(counts.mutable_data_ptr<int64_t>())
-                             : nullptr;
-      auto launch = [&](auto vec_tag) {
+      unsigned long long* counts_ptr = nullptr;
+      launch_with_plan<scalar_t>(in, num_rows, num_cand, [&](const Plan& plan, auto vec_tag) {
         constexpr int V = decltype(vec_tag)::value;
+        const int64_t feat_dim = in.x_src.size(1);
+        if (plan.tiling.tiles_per_row > 1) {
+          counts = at::zeros({2, num_rows}, in.first_bad.options());
+          counts_ptr = reinterpret_cast<unsigned long long*>(counts.mutable_data_ptr<int64_t>());
+        }
         rank_candidates_kernel<scalar_t, index_t, V>
             <<<plan.grid, plan.threads, plan.shared_bytes, stream>>>(
-                x_src.const_data_ptr<scalar_t>(), x_src.stride(0), x_src.size(0),
-                x_dst.const_data_ptr<scalar_t>(), x_dst.stride(0), x_dst.size(0),
+                in.x_src.const_data_ptr<scalar_t>(), in.x_src.stride(0), in.x_src.size(0),
+                in.x_dst.const_data_ptr<scalar_t>(), in.x_dst.stride(0), in.x_dst.size(0),
                 src_index.const_data_ptr<index_t>(), src_index.stride(0),
                 pos_index.const_data_ptr<index_t>(), pos_index.stride(0),
                 neg_index.const_data_ptr<index_t>(), neg_index.stride(0), neg_index.stride(1),
-                rank.mutable_data_ptr<float>(), counts_ptr, first_bad_ptr, plan.tiling,
+                rank.mutable_data_ptr<float>(), counts_ptr, in.first_bad_ptr, plan.tiling,
                 feat_dim, group_size_for(feat_dim, V), plan.staged_stride);
         C10_CUDA_KERNEL_LAUNCH_CHECK();
-      };
-      if (vectorized) {
-        launch(std::integral_constant<int, kVec>{});
-      } else {
-        launch(std::integral_constant<int, 1>{});
-      }
+      });
       if (counts_ptr != nullptr) {
         constexpr int kThreads = 256;
         const int64_t blocks = std::min<int64_t>((num_rows + kThreads - 1) / kThreads,
@@ -482,7 +485,7 @@ std::tuple<at::Tensor, at::Tensor> rank_candidates_cuda(const at::Tensor& x_src_
       }
     });
   });
-  return {rank, first_bad};
+  return {rank, in.first_bad};
 }
 
 }  // namespace

@@ -1,15 +1,18 @@
 // CUDA kernels of pyg_edgedot: a fused forward and a fused, deterministic backward.
 //
 // Forward: a group of G lanes (a power of two <= 32) scores EPG edges at once; each lane
-// reads 16-byte vectors of both rows (scalars when rows are not aligned), accumulates in
-// opmath, and the group reduces with shuffles. Traffic: 2 * E * D elements gathered, E
-// indices of each side, E scores written. No [E, D] intermediate.
+// reads 16-byte vectors of both rows (scalars when rows are not aligned), kept packed until
+// used, accumulates in opmath, and the group reduces with shuffles. A source row slice is
+// reused while consecutive edges share it (edges sorted by source). Traffic: 2 * E * D
+// elements gathered (less with sorted sources), E indices of each side, E scores written.
+// No [E, D] intermediate.
 //
 // Backward (one side, out[scatter[e]] += grad[e] * x_gather[gather[e]]): the edges are
 // radix-sorted by scatter index (CUB, only the bits that the row count needs) carrying their
 // gather index and upstream gradient along, a CSR row pointer is built from the sorted keys,
-// and one group per output row sums its edges in sorted order and writes the row once, in
-// the output dtype. No atomics, so the result is bitwise deterministic; traffic: E * D
+// and one group per stretch of consecutive output rows walks their edges in sorted order,
+// writing each row once, in the output dtype (rows past a length limit are summed in pieces
+// by other kernels). No atomics, so the result is bitwise deterministic; traffic: E * D
 // gathered elements + N * D written + the sort of (key, gather index, gradient).
 #include <ATen/ATen.h>
 #include <ATen/OpMathType.h>
@@ -23,6 +26,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
 
 #include "common.h"
@@ -57,8 +61,8 @@ inline int64_t grid_for(int64_t num_warps_needed) {
 //
 // With REL, each product also takes the edge's relation row: sum_k a[k] * r[k] * b[k]
 // (DistMult). The relation table is small, so its rows come from L1/L2.
-template <typename scalar_t, typename index_t, int VEC, int EPG, bool REL>
-__global__ void __launch_bounds__(kThreads) edge_dot_fwd_kernel(
+template <typename scalar_t, typename index_t, int VEC, int EPG, bool REL, bool CARRY>
+__global__ void __launch_bounds__(kThreads, REL ? 1 : 3) edge_dot_fwd_kernel(
     const scalar_t* __restrict__ x_src, int64_t src_row_stride, int64_t num_src,  // [N_src, D]
     const scalar_t* __restrict__ x_dst, int64_t dst_row_stride, int64_t num_dst,  // [N_dst, D]
     const scalar_t* __restrict__ rel, int64_t rel_row_stride, int64_t num_rel,    // [R, D]
@@ -87,6 +91,12 @@ __global__ void __launch_bounds__(kThreads) edge_dot_fwd_kernel(
   };
   int64_t next_s, next_d, next_t;
   load_index(warp * kWarp + lane_in_warp, next_s, next_d, next_t);
+  // The source row slice of the group's last scored edge, kept across batches and chunks
+  // when one pass covers the row (so each lane's columns never change): with edges sorted
+  // by source, most edges then load only their destination row.
+  const bool one_pass = CARRY && feat_dim <= static_cast<int64_t>(group_size) * VEC;
+  int64_t carry_s = -1;
+  Packed<scalar_t, VEC> carry;
 
   for (int64_t chunk = warp * kWarp; chunk < num_edges; chunk += warp_stride) {
     const int64_t my_s = next_s, my_d = next_d, my_t = next_t;
@@ -104,7 +114,9 @@ __global__ void __launch_bounds__(kThreads) edge_dot_fwd_kernel(
       const scalar_t* dst_row[EPG];
       const scalar_t* rel_row[REL ? EPG : 1];
       bool valid[EPG];
+      bool same_src[EPG];  // the last valid edge before this one has its source row: reuse it
       acc_t acc[EPG];
+      int64_t prev_s = one_pass ? carry_s : -1;
 #pragma unroll
       for (int j = 0; j < EPG; ++j) {
         const int source_lane = group_first_edge + t0 + (j < batch ? j : 0);
@@ -114,6 +126,8 @@ __global__ void __launch_bounds__(kThreads) edge_dot_fwd_kernel(
         if constexpr (REL) t = __shfl_sync(0xffffffffu, my_t, source_lane);
         valid[j] = j < batch && s >= 0 && s < num_src && d >= 0 && d < num_dst && t >= 0 &&
                    t < num_rel;
+        same_src[j] = valid[j] && s == prev_s;
+        prev_s = valid[j] ? s : prev_s;
         src_row[j] = x_src + (valid[j] ? s : 0) * src_row_stride;
         dst_row[j] = x_dst + (valid[j] ? d : 0) * dst_row_stride;
         if constexpr (REL) rel_row[j] = rel + (valid[j] ? t : 0) * rel_row_stride;
@@ -121,30 +135,33 @@ __global__ void __launch_bounds__(kThreads) edge_dot_fwd_kernel(
       }
       for (int64_t k = static_cast<int64_t>(lane) * VEC; k < feat_dim;
            k += static_cast<int64_t>(group_size) * VEC) {
-        scalar_t a[EPG][VEC], b[EPG][VEC], r[REL ? EPG : 1][VEC];
+        Packed<scalar_t, VEC> a[EPG], b[EPG], r[REL ? EPG : 1];
 #pragma unroll
         for (int j = 0; j < EPG; ++j) {
           if (valid[j]) {
-            load_vec<VEC>(src_row[j] + k, a[j]);
-            load_vec<VEC>(dst_row[j] + k, b[j]);
-            if constexpr (REL) load_vec<VEC>(rel_row[j] + k, r[j]);
+            if (!same_src[j]) a[j].load(src_row[j] + k);
+            b[j].load(dst_row[j] + k);
+            if constexpr (REL) r[j].load(rel_row[j] + k);
           }
         }
+        Packed<scalar_t, VEC> cur = carry;  // the source row slice of edge j
 #pragma unroll
         for (int j = 0; j < EPG; ++j) {
           if (valid[j]) {
+            cur.select(!same_src[j], a[j]);
 #pragma unroll
             for (int i = 0; i < VEC; ++i) {
               if constexpr (REL) {
-                acc[j] += static_cast<acc_t>(a[j][i]) * static_cast<acc_t>(r[j][i]) *
-                          static_cast<acc_t>(b[j][i]);
+                acc[j] += cur.get(i) * r[j].get(i) * b[j].get(i);
               } else {
-                acc[j] += static_cast<acc_t>(a[j][i]) * static_cast<acc_t>(b[j][i]);
+                acc[j] += cur.get(i) * b[j].get(i);
               }
             }
           }
         }
+        carry = cur;
       }
+      carry_s = prev_s;
 #pragma unroll
       for (int j = 0; j < EPG; ++j) {
         for (int offset = group_size / 2; offset > 0; offset /= 2) {
@@ -170,8 +187,11 @@ void launch_forward(const at::Tensor& x_src, const at::Tensor& x_dst, const at::
   const int64_t num_edges = out.size(0), feat_dim = x_src.size(1);
   const int group = group_size_for(feat_dim, VEC);
   const int64_t grid = grid_for((num_edges + kWarp - 1) / kWarp);
-  edge_dot_fwd_kernel<scalar_t, index_t, VEC, kForwardEdgesInFlight, REL>
-      <<<grid, kThreads, 0, c10::cuda::getCurrentCUDAStream()>>>(
+  const char* carry_env = std::getenv("PYG_EDGEDOT_FWD_CARRY");
+  const bool carry = carry_env == nullptr || carry_env[0] != '0';
+  auto kernel = carry ? edge_dot_fwd_kernel<scalar_t, index_t, VEC, kForwardEdgesInFlight, REL, true>
+                      : edge_dot_fwd_kernel<scalar_t, index_t, VEC, kForwardEdgesInFlight, REL, false>;
+  kernel<<<grid, kThreads, 0, c10::cuda::getCurrentCUDAStream()>>>(
           x_src.const_data_ptr<scalar_t>(), x_src.stride(0), x_src.size(0),
           x_dst.const_data_ptr<scalar_t>(), x_dst.stride(0), x_dst.size(0),
           REL ? rel.const_data_ptr<scalar_t>() : nullptr, REL ? rel.stride(0) : 0,
@@ -248,7 +268,7 @@ std::tuple<at::Tensor, at::Tensor> edge_dot_rel_cuda(const at::Tensor& x_src,
 
 // What travels with each edge through the sort: its gather row (-1 if any of its indices is
 // out of range), its upstream gradient and, for the three-factor gradients of edge_dot_rel,
-// the row of the other factor; so the row kernels read all of it in sorted order, coalesced.
+// the row of the other factor; so the walking and piece kernels read it in sorted order, coalesced.
 template <typename acc_t, typename key_t, bool TRIPLE>
 struct EdgePayload {
   acc_t grad;
@@ -300,7 +320,7 @@ __global__ void rowptr_from_sorted_kernel(const key_t* __restrict__ sorted_keys,
   }
 }
 
-// Where the rows kernels read their inputs.
+// Where the walking and piece kernels read their inputs.
 template <typename scalar_t>
 struct GatherRows {
   const scalar_t* __restrict__ x_gather;  // [N_gather, D]
@@ -341,13 +361,12 @@ __device__ __forceinline__ void sum_sorted_edges(const Payload* __restrict__ pay
         }
       }
     }
-    scalar_t vals[EPG][VEC];
-    scalar_t other_vals[TRIPLE ? EPG : 1][VEC];
+    Packed<scalar_t, VEC> vals[EPG], other_vals[TRIPLE ? EPG : 1];
 #pragma unroll
     for (int j = 0; j < EPG; ++j) {
       if (rows[j] != nullptr) {
-        load_vec<VEC>(rows[j] + k, vals[j]);
-        if constexpr (TRIPLE) load_vec<VEC>(others[j] + k, other_vals[j]);
+        vals[j].load(rows[j] + k);
+        if constexpr (TRIPLE) other_vals[j].load(others[j] + k);
       }
     }
 #pragma unroll
@@ -356,10 +375,9 @@ __device__ __forceinline__ void sum_sorted_edges(const Payload* __restrict__ pay
 #pragma unroll
         for (int i = 0; i < VEC; ++i) {
           if constexpr (TRIPLE) {
-            acc[i] += weight[j] * static_cast<acc_t>(other_vals[j][i]) *
-                      static_cast<acc_t>(vals[j][i]);
+            acc[i] += weight[j] * other_vals[j].get(i) * vals[j].get(i);
           } else {
-            acc[i] += weight[j] * static_cast<acc_t>(vals[j][i]);
+            acc[i] += weight[j] * vals[j].get(i);
           }
         }
       }
@@ -367,41 +385,146 @@ __device__ __forceinline__ void sum_sorted_edges(const Payload* __restrict__ pay
   }
 }
 
-// One group of G lanes per output row with at most piece_edges edges: the group sums the
-// row's edges and writes the row once in the output dtype. Longer rows (hubs; a relation's
-// gradient, whose rows have E / R edges) are left to the piece kernels below, so no group
-// walks millions of edges alone. No shuffles, so groups of one warp may own rows of
-// different lengths.
-template <typename scalar_t, typename Payload, typename key_t, int VEC, bool TRIPLE>
-__global__ void __launch_bounds__(kThreads) edge_dot_grad_rows_kernel(
+// The rows [row, row_end), whose edges are the sorted positions [pos, pos_end), at columns
+// [k, k + VEC): the group walks those edges across row boundaries (so a row of 10 edges does
+// not wait on a half-empty second round), G edges per window: lane l loads the payload and
+// key of the window's edge l (one coalesced load, the next window's in flight while this
+// one's rows load) and the group takes them by shuffle, EPG edges' rows in flight at a time.
+// A row is written when the walk passes its last edge (zeros for a row with no edge). Each
+// row's edges are added in sorted order from zero: the sums sum_sorted_edges makes row by
+// row, bit for bit. Every branch is uniform over the group, so its lanes meet at each shuffle.
+template <typename scalar_t, typename Payload, typename key_t, int VEC, bool TRIPLE, int EPG>
+__device__ __forceinline__ void walk_rows(const Payload* __restrict__ payload,
+                                          const key_t* __restrict__ keys,
+                                          const GatherRows<scalar_t>& in,
+                                          scalar_t* __restrict__ out, int64_t row,
+                                          int64_t row_end, int64_t pos, int64_t pos_end,
+                                          int64_t k, int64_t feat_dim, bool active, int lane,
+                                          int group_size, unsigned group_mask) {
+  using acc_t = at::opmath_type<scalar_t>;
+  acc_t acc[VEC];
+#pragma unroll
+  for (int i = 0; i < VEC; ++i) acc[i] = acc_t(0);
+  Payload next{};
+  key_t next_key = 0;
+  if (pos + lane < pos_end) {
+    next = payload[pos + lane];
+    next_key = keys[pos + lane];
+  }
+#pragma unroll 1
+  for (int64_t window = pos; window < pos_end; window += group_size) {
+    const Payload mine = next;
+    const key_t my_key = next_key;
+    if (window + group_size + lane < pos_end) {
+      next = payload[window + group_size + lane];
+      next_key = keys[window + group_size + lane];
+    }
+    const int64_t window_edges = pos_end - window;
+#pragma unroll 1
+    for (int step = 0; step < group_size && step < window_edges; step += EPG) {
+      acc_t weight[EPG];
+      key_t key[EPG];
+      bool load[EPG];
+      Packed<scalar_t, VEC> vals[EPG], other_vals[TRIPLE ? EPG : 1];
+#pragma unroll
+      for (int j = 0; j < EPG; ++j) {
+        const int from = (step + j) % group_size;
+        const auto gather = __shfl_sync(group_mask, mine.gather, from, group_size);
+        weight[j] = __shfl_sync(group_mask, mine.grad, from, group_size);
+        key[j] = __shfl_sync(group_mask, my_key, from, group_size);
+        load[j] = active && step + j < group_size && step + j < window_edges && gather >= 0;
+        if constexpr (TRIPLE) {
+          const auto other = __shfl_sync(group_mask, mine.other, from, group_size);
+          if (load[j]) {
+            other_vals[j].load(in.x_other + static_cast<int64_t>(other) * in.other_stride + k);
+          }
+        }
+        if (load[j]) vals[j].load(in.x_gather + static_cast<int64_t>(gather) * in.gather_stride + k);
+      }
+#pragma unroll
+      for (int j = 0; j < EPG; ++j) {
+        if (step + j < group_size && step + j < window_edges) {
+#pragma unroll 1
+          for (const int64_t key_row = static_cast<int64_t>(key[j]); row < key_row; ++row) {
+            if (active) store_vec<VEC>(out + row * feat_dim + k, acc);
+#pragma unroll
+            for (int i = 0; i < VEC; ++i) acc[i] = acc_t(0);
+          }
+          if (load[j]) {
+#pragma unroll
+            for (int i = 0; i < VEC; ++i) {
+              if constexpr (TRIPLE) {
+                acc[i] += weight[j] * other_vals[j].get(i) * vals[j].get(i);
+              } else {
+                acc[i] += weight[j] * vals[j].get(i);
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  for (; row < row_end; ++row) {
+    if (active) store_vec<VEC>(out + row * feat_dim + k, acc);
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) acc[i] = acc_t(0);
+  }
+}
+
+// Edges whose rows are in flight per step of the walk, and blocks per SM the register budget
+// is set for (2: at most 128 registers). Measured on the H200 (benchmarks/NOTES.md, v5): 8
+// edges for two-factor gradients (W3 forward + backward 19.4 ms against 21.0-22.0 with 4
+// edges or 3 blocks), 4 for three-factor ones (DistMult 36.1 ms against 40.1 with 8).
+template <bool TRIPLE>
+constexpr int kWalkEdgesInFlight = TRIPLE ? 4 : 8;
+constexpr int kWalkMinBlocks = 2;
+
+template <typename scalar_t, typename Payload, typename key_t, int VEC, bool TRIPLE, int EPG>
+__global__ void __launch_bounds__(kThreads, kWalkMinBlocks) edge_dot_grad_walk_kernel(
     const Payload* __restrict__ payload,     // [E] sorted
+    const key_t* __restrict__ keys,          // [E] sorted
     const GatherRows<scalar_t> in,
     const key_t* __restrict__ rowptr,        // [num_rows + 1]
     scalar_t* __restrict__ out,              // [num_rows, D]
-    int64_t num_rows, int64_t feat_dim, int group_size, int64_t piece_edges) {
-  using acc_t = at::opmath_type<scalar_t>;
+    int64_t num_rows, int64_t feat_dim, int group_size, int64_t piece_edges,
+    int64_t stretch_rows) {
   const int64_t thread = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t group = thread / group_size;
   const int64_t num_groups = static_cast<int64_t>(gridDim.x) * blockDim.x / group_size;
   const int lane = threadIdx.x % group_size;
+  const int64_t num_stretches = (num_rows + stretch_rows - 1) / stretch_rows;
+  const unsigned group_mask =
+      group_size == kWarp ? 0xffffffffu
+                          : ((1u << group_size) - 1u) << (threadIdx.x % kWarp - lane);
 
-  for (int64_t row = group; row < num_rows; row += num_groups) {
-    const int64_t begin = static_cast<int64_t>(rowptr[row]);
-    const int64_t end = static_cast<int64_t>(rowptr[row + 1]);
-    if (end - begin > piece_edges) continue;
-    for (int64_t k = static_cast<int64_t>(lane) * VEC; k < feat_dim;
-         k += static_cast<int64_t>(group_size) * VEC) {
-      acc_t acc[VEC];
-#pragma unroll
-      for (int i = 0; i < VEC; ++i) acc[i] = acc_t(0);
-      sum_sorted_edges<scalar_t, Payload, VEC, TRIPLE>(payload, begin, end, in, k, acc);
-      store_vec<VEC>(out + row * feat_dim + k, acc);
+  for (int64_t stretch = group; stretch < num_stretches; stretch += num_groups) {
+    const int64_t first = stretch * stretch_rows;
+    const int64_t last = first + stretch_rows < num_rows ? first + stretch_rows : num_rows;
+    const bool whole = rowptr[last] - rowptr[first] <= piece_edges;
+    // Every lane of the group takes every column step (a lane past the last column only
+    // shuffles), so the group stays together for the walk's shuffles.
+    for (int64_t k0 = 0; k0 < feat_dim; k0 += static_cast<int64_t>(group_size) * VEC) {
+      const int64_t k = k0 + static_cast<int64_t>(lane) * VEC;
+      const bool active = k < feat_dim;
+      // The whole stretch in one walk, or row by row, skipping the long rows.
+      for (int64_t row = first; row < last;) {
+        const int64_t row_end = whole ? last : row + 1;
+        const int64_t begin = static_cast<int64_t>(rowptr[row]);
+        const int64_t end = static_cast<int64_t>(rowptr[row_end]);
+        if (whole || end - begin <= piece_edges) {
+          walk_rows<scalar_t, Payload, key_t, VEC, TRIPLE, EPG>(payload, keys, in, out, row,
+                                                                row_end, begin, end, k,
+                                                                feat_dim, active, lane,
+                                                                group_size, group_mask);
+        }
+        row = row_end;
+      }
     }
   }
 }
 
 // Long rows are cut into pieces of piece_edges edges. pieces[r] = the number of pieces of
-// row r (0 for a row the rows kernel writes); an inclusive scan turns it into piece_end.
+// row r (0 for a row the walking kernel writes); an inclusive scan turns it into piece_end.
 template <typename key_t>
 __global__ void count_pieces_kernel(const key_t* __restrict__ rowptr, int64_t num_rows,
                                     int64_t piece_edges, int64_t* __restrict__ pieces) {
@@ -558,11 +681,18 @@ void grad_one_side(const at::Tensor& grad_out, const at::Tensor& x_gather,
   const GatherRows<scalar_t> in{
       x_gather.const_data_ptr<scalar_t>(), x_gather.stride(0),
       TRIPLE ? x_other.const_data_ptr<scalar_t>() : nullptr, TRIPLE ? x_other.stride(0) : 0};
+  // Rows per stretch of the walking kernel: about 256 edges at the mean degree.
+  const int64_t mean_degree = std::max<int64_t>(1, num_edges / num_rows);
+  const int64_t stretch_rows = std::clamp<int64_t>(256 / mean_degree, 1, 256);
+  const int64_t num_stretches = (num_rows + stretch_rows - 1) / stretch_rows;
+  const int64_t walk_grid = grid_for((num_stretches + rows_per_warp - 1) / rows_per_warp);
   auto launch = [&](auto vec_tag) {
     constexpr int V = decltype(vec_tag)::value;
-    edge_dot_grad_rows_kernel<scalar_t, Payload, key_t, V, TRIPLE><<<grid, kThreads, 0, stream>>>(
-        payload_buf.Current(), in, rowptr.const_data_ptr<key_t>(),
-        out.mutable_data_ptr<scalar_t>(), num_rows, feat_dim, group, piece_edges);
+    edge_dot_grad_walk_kernel<scalar_t, Payload, key_t, V, TRIPLE, kWalkEdgesInFlight<TRIPLE>>
+        <<<walk_grid, kThreads, 0, stream>>>(
+            payload_buf.Current(), key_buf.Current(), in, rowptr.const_data_ptr<key_t>(),
+            out.mutable_data_ptr<scalar_t>(), num_rows, feat_dim, group, piece_edges,
+            stretch_rows);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     if (max_pieces == 0) return;  // no row can be long
     at::Tensor piece_end = at::empty({num_rows}, grad_out.options().dtype(at::kLong));
