@@ -16,18 +16,14 @@ import torch
 import pyg_edgedot
 
 sys.path.insert(0, os.path.dirname(__file__))
-from grad_variants import WORKLOADS, time_ms  # noqa: E402
+from grad_variants import WORKLOADS, make_inputs, time_ms  # noqa: E402
 
 
 def main(path):
     results = {}
     for name, (n, e, d, dtype) in WORKLOADS.items():
         gen = torch.Generator(device="cuda").manual_seed(0)
-        xs = torch.randn(n, d, device="cuda", generator=gen).to(dtype)
-        xd = torch.randn(n, d, device="cuda", generator=gen).to(dtype)
-        ei = torch.stack([torch.randint(0, n, (e,), device="cuda", generator=gen),
-                          torch.randint(0, n, (e,), device="cuda", generator=gen)])
-        ei_sorted = ei[:, (ei[0] * n + ei[1]).argsort()].contiguous()
+        xs, xd, ei, ei_sorted = make_inputs(n, e, d, dtype, gen)
         row = {}
         outs = {}
         with torch.no_grad():

@@ -99,16 +99,20 @@ WORKLOADS = {  # num_nodes, num_edges, feat_dim, dtype
 }
 
 
+def make_inputs(n, e, d, dtype, gen):
+    """Features of both sides, random edges, and the same edges sorted by (src, dst)."""
+    xs = torch.randn(n, d, device="cuda", generator=gen).to(dtype)
+    xd = torch.randn(n, d, device="cuda", generator=gen).to(dtype)
+    ei = torch.stack([torch.randint(0, n, (e,), device="cuda", generator=gen),
+                      torch.randint(0, n, (e,), device="cuda", generator=gen)])
+    return xs, xd, ei, ei[:, (ei[0] * n + ei[1]).argsort()].contiguous()
+
+
 def bench(results):
     for name, (n, e, d, dtype) in WORKLOADS.items():
         gen = torch.Generator(device="cuda").manual_seed(0)
-        xs = torch.randn(n, d, device="cuda", generator=gen).to(dtype)
-        xd = torch.randn(n, d, device="cuda", generator=gen).to(dtype)
-        ei = torch.stack([torch.randint(0, n, (e,), device="cuda", generator=gen),
-                          torch.randint(0, n, (e,), device="cuda", generator=gen)])
+        xs, xd, ei, ei_sorted = make_inputs(n, e, d, dtype, gen)
         grad = torch.randn(e, device="cuda", generator=gen).to(dtype)
-        perm = (ei[0] * n + ei[1]).argsort()
-        ei_sorted = ei[:, perm].contiguous()
         row = {}
         with torch.no_grad():
             row["fwd_random"] = time_ms(lambda: pyg_edgedot.edge_dot(xs, xd, ei, validate=False))
@@ -128,7 +132,7 @@ def bench(results):
             row[f"fwd_bwd_v{v}"] = time_ms(fwd_bwd)
         results[name] = row
         print(name, json.dumps({k: round(t, 3) for k, t in row.items()}), flush=True)
-        del xs, xd, ei, grad, perm, ei_sorted
+        del xs, xd, ei, grad, ei_sorted
         torch.cuda.empty_cache()
 
     # DistMult at W3's size, R = 16.

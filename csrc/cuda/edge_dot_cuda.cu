@@ -335,6 +335,21 @@ struct GatherRows {
 // at a time: the same sum on every run.
 constexpr int kGradEdgesInFlight = 8;
 
+// acc += weight * (other *) vals, element by element: one edge's term of a gradient row.
+template <bool TRIPLE, typename acc_t, typename scalar_t, int VEC>
+__device__ __forceinline__ void add_edge(acc_t (&acc)[VEC], acc_t weight,
+                                         const Packed<scalar_t, VEC>& vals,
+                                         const Packed<scalar_t, VEC>& other) {
+#pragma unroll
+  for (int i = 0; i < VEC; ++i) {
+    if constexpr (TRIPLE) {
+      acc[i] += weight * other.get(i) * vals.get(i);
+    } else {
+      acc[i] += weight * vals.get(i);
+    }
+  }
+}
+
 template <typename scalar_t, typename Payload, int VEC, bool TRIPLE>
 __device__ __forceinline__ void sum_sorted_edges(const Payload* __restrict__ payload,
                                                  int64_t begin, int64_t end,
@@ -371,16 +386,7 @@ __device__ __forceinline__ void sum_sorted_edges(const Payload* __restrict__ pay
     }
 #pragma unroll
     for (int j = 0; j < EPG; ++j) {
-      if (rows[j] != nullptr) {
-#pragma unroll
-        for (int i = 0; i < VEC; ++i) {
-          if constexpr (TRIPLE) {
-            acc[i] += weight[j] * other_vals[j].get(i) * vals[j].get(i);
-          } else {
-            acc[i] += weight[j] * vals[j].get(i);
-          }
-        }
-      }
+      if (rows[j] != nullptr) add_edge<TRIPLE>(acc, weight[j], vals[j], other_vals[TRIPLE ? j : 0]);
     }
   }
 }
@@ -450,16 +456,7 @@ __device__ __forceinline__ void walk_rows(const Payload* __restrict__ payload,
 #pragma unroll
             for (int i = 0; i < VEC; ++i) acc[i] = acc_t(0);
           }
-          if (load[j]) {
-#pragma unroll
-            for (int i = 0; i < VEC; ++i) {
-              if constexpr (TRIPLE) {
-                acc[i] += weight[j] * other_vals[j].get(i) * vals[j].get(i);
-              } else {
-                acc[i] += weight[j] * vals[j].get(i);
-              }
-            }
-          }
+          if (load[j]) add_edge<TRIPLE>(acc, weight[j], vals[j], other_vals[TRIPLE ? j : 0]);
         }
       }
     }
