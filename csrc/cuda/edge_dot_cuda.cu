@@ -411,6 +411,16 @@ __device__ __forceinline__ void walk_rows(const Payload* __restrict__ payload,
   acc_t acc[VEC];
 #pragma unroll
   for (int i = 0; i < VEC; ++i) acc[i] = acc_t(0);
+  // Writes the row being summed, then zeros to each row before `until`, leaving acc at zero
+  // for row `until`.
+  auto write_rows_before = [&](int64_t until) {
+#pragma unroll 1
+    for (; row < until; ++row) {
+      if (active) store_vec<VEC>(out + row * feat_dim + k, acc);
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) acc[i] = acc_t(0);
+    }
+  };
   Payload next{};
   key_t next_key = 0;
   if (pos + lane < pos_end) {
@@ -450,22 +460,13 @@ __device__ __forceinline__ void walk_rows(const Payload* __restrict__ payload,
 #pragma unroll
       for (int j = 0; j < EPG; ++j) {
         if (step + j < group_size && step + j < window_edges) {
-#pragma unroll 1
-          for (const int64_t key_row = static_cast<int64_t>(key[j]); row < key_row; ++row) {
-            if (active) store_vec<VEC>(out + row * feat_dim + k, acc);
-#pragma unroll
-            for (int i = 0; i < VEC; ++i) acc[i] = acc_t(0);
-          }
+          write_rows_before(static_cast<int64_t>(key[j]));
           if (load[j]) add_edge<TRIPLE>(acc, weight[j], vals[j], other_vals[TRIPLE ? j : 0]);
         }
       }
     }
   }
-  for (; row < row_end; ++row) {
-    if (active) store_vec<VEC>(out + row * feat_dim + k, acc);
-#pragma unroll
-    for (int i = 0; i < VEC; ++i) acc[i] = acc_t(0);
-  }
+  write_rows_before(row_end);
 }
 
 // Edges whose rows are in flight per step of the walk, and blocks per SM the register budget
