@@ -26,7 +26,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <limits>
 
 #include "common.h"
@@ -61,7 +60,7 @@ inline int64_t grid_for(int64_t num_warps_needed) {
 //
 // With REL, each product also takes the edge's relation row: sum_k a[k] * r[k] * b[k]
 // (DistMult). The relation table is small, so its rows come from L1/L2.
-template <typename scalar_t, typename index_t, int VEC, int EPG, bool REL, bool CARRY>
+template <typename scalar_t, typename index_t, int VEC, int EPG, bool REL>
 __global__ void __launch_bounds__(kThreads, REL ? 1 : 3) edge_dot_fwd_kernel(
     const scalar_t* __restrict__ x_src, int64_t src_row_stride, int64_t num_src,  // [N_src, D]
     const scalar_t* __restrict__ x_dst, int64_t dst_row_stride, int64_t num_dst,  // [N_dst, D]
@@ -91,12 +90,6 @@ __global__ void __launch_bounds__(kThreads, REL ? 1 : 3) edge_dot_fwd_kernel(
   };
   int64_t next_s, next_d, next_t;
   load_index(warp * kWarp + lane_in_warp, next_s, next_d, next_t);
-  // The source row slice of the group's last scored edge, kept across batches and chunks
-  // when one pass covers the row (so each lane's columns never change): with edges sorted
-  // by source, most edges then load only their destination row.
-  const bool one_pass = CARRY && feat_dim <= static_cast<int64_t>(group_size) * VEC;
-  int64_t carry_s = -1;
-  Packed<scalar_t, VEC> carry;
 
   for (int64_t chunk = warp * kWarp; chunk < num_edges; chunk += warp_stride) {
     const int64_t my_s = next_s, my_d = next_d, my_t = next_t;
@@ -116,7 +109,7 @@ __global__ void __launch_bounds__(kThreads, REL ? 1 : 3) edge_dot_fwd_kernel(
       bool valid[EPG];
       bool same_src[EPG];  // the last valid edge before this one has its source row: reuse it
       acc_t acc[EPG];
-      int64_t prev_s = one_pass ? carry_s : -1;
+      int64_t prev_s = -1;
 #pragma unroll
       for (int j = 0; j < EPG; ++j) {
         const int source_lane = group_first_edge + t0 + (j < batch ? j : 0);
@@ -144,7 +137,7 @@ __global__ void __launch_bounds__(kThreads, REL ? 1 : 3) edge_dot_fwd_kernel(
             if constexpr (REL) r[j].load(rel_row[j] + k);
           }
         }
-        Packed<scalar_t, VEC> cur = carry;  // the source row slice of edge j
+        Packed<scalar_t, VEC> cur;  // the source row slice of edge j (set by the first valid one)
 #pragma unroll
         for (int j = 0; j < EPG; ++j) {
           if (valid[j]) {
@@ -159,9 +152,7 @@ __global__ void __launch_bounds__(kThreads, REL ? 1 : 3) edge_dot_fwd_kernel(
             }
           }
         }
-        carry = cur;
       }
-      carry_s = prev_s;
 #pragma unroll
       for (int j = 0; j < EPG; ++j) {
         for (int offset = group_size / 2; offset > 0; offset /= 2) {
@@ -187,11 +178,7 @@ void launch_forward(const at::Tensor& x_src, const at::Tensor& x_dst, const at::
   const int64_t num_edges = out.size(0), feat_dim = x_src.size(1);
   const int group = group_size_for(feat_dim, VEC);
   const int64_t grid = grid_for((num_edges + kWarp - 1) / kWarp);
-  const char* carry_env = std::getenv("PYG_EDGEDOT_FWD_CARRY");
-  const bool carry = carry_env == nullptr || carry_env[0] != '0';
-  auto kernel = carry ? edge_dot_fwd_kernel<scalar_t, index_t, VEC, kForwardEdgesInFlight, REL, true>
-                      : edge_dot_fwd_kernel<scalar_t, index_t, VEC, kForwardEdgesInFlight, REL, false>;
-  kernel<<<grid, kThreads, 0, c10::cuda::getCurrentCUDAStream()>>>(
+  edge_dot_fwd_kernel<scalar_t, index_t, VEC, kForwardEdgesInFlight, REL><<<grid, kThreads, 0, c10::cuda::getCurrentCUDAStream()>>>(
           x_src.const_data_ptr<scalar_t>(), x_src.stride(0), x_src.size(0),
           x_dst.const_data_ptr<scalar_t>(), x_dst.stride(0), x_dst.size(0),
           REL ? rel.const_data_ptr<scalar_t>() : nullptr, REL ? rel.stride(0) : 0,
