@@ -2,7 +2,7 @@
 # What every GPU figure in README.md and the issue notes comes from. Run on the H200 through the
 # device tool, from the repo root:  bash scripts/h200_run.sh STEP...   (results under $OUT)
 # Steps: tests, triton, sanitizer, smoke, profile, bench, beyond, examples, ddp, resources, ncu,
-# ncu_bwd, variants, ncu_walk, tests12.
+# ncu_bwd, variants, ncu_walk, fwd_variants, tests12.
 set -uo pipefail
 OUT=${OUT:-/tmp/pyg_edgedot_out}
 mkdir -p "$OUT"
@@ -101,6 +101,10 @@ for step in "$@"; do
     variants)
       # v5: the backward's row-kernel variants against v4's, bit-for-bit check then timings.
       python3 scripts/grad_variants.py "$OUT/grad_variants.json" 2>&1 | tee "$OUT/grad_variants.log" ;;
+    fwd_variants)
+      # v6: the forward with and without source-row reuse, 4 or 8 edges in flight, same bits;
+      # W1's forward + backward without a cache flush, with a profile.
+      python3 scripts/fwd_variants.py "$OUT/fwd_variants.json" 2>&1 | tee "$OUT/fwd_variants.log" ;;
     tests12)
       # The full suite, 12 workers, with a time limit so later steps still run.
       timeout 400 python3 -m pytest -q -rs -n 12 -p no:cacheprovider tests 2>&1 \

@@ -26,6 +26,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
 
 #include "common.h"
@@ -60,8 +61,8 @@ inline int64_t grid_for(int64_t num_warps_needed) {
 //
 // With REL, each product also takes the edge's relation row: sum_k a[k] * r[k] * b[k]
 // (DistMult). The relation table is small, so its rows come from L1/L2.
-template <typename scalar_t, typename index_t, int VEC, int EPG, bool REL>
-__global__ void __launch_bounds__(kThreads, REL ? 1 : 3) edge_dot_fwd_kernel(
+template <typename scalar_t, typename index_t, int VEC, int EPG, bool REL, bool REUSE = true>
+__global__ void __launch_bounds__(kThreads, REL ? 1 : (EPG > 4 ? 2 : 3)) edge_dot_fwd_kernel(
     const scalar_t* __restrict__ x_src, int64_t src_row_stride, int64_t num_src,  // [N_src, D]
     const scalar_t* __restrict__ x_dst, int64_t dst_row_stride, int64_t num_dst,  // [N_dst, D]
     const scalar_t* __restrict__ rel, int64_t rel_row_stride, int64_t num_rel,    // [R, D]
@@ -119,7 +120,7 @@ __global__ void __launch_bounds__(kThreads, REL ? 1 : 3) edge_dot_fwd_kernel(
         if constexpr (REL) t = __shfl_sync(0xffffffffu, my_t, source_lane);
         valid[j] = j < batch && s >= 0 && s < num_src && d >= 0 && d < num_dst && t >= 0 &&
                    t < num_rel;
-        same_src[j] = valid[j] && s == prev_s;
+        same_src[j] = REUSE && valid[j] && s == prev_s;
         prev_s = valid[j] ? s : prev_s;
         src_row[j] = x_src + (valid[j] ? s : 0) * src_row_stride;
         dst_row[j] = x_dst + (valid[j] ? d : 0) * dst_row_stride;
@@ -178,7 +179,15 @@ void launch_forward(const at::Tensor& x_src, const at::Tensor& x_dst, const at::
   const int64_t num_edges = out.size(0), feat_dim = x_src.size(1);
   const int group = group_size_for(feat_dim, VEC);
   const int64_t grid = grid_for((num_edges + kWarp - 1) / kWarp);
-  edge_dot_fwd_kernel<scalar_t, index_t, VEC, kForwardEdgesInFlight, REL><<<grid, kThreads, 0, c10::cuda::getCurrentCUDAStream()>>>(
+  // EXPERIMENT (A/B, removed after the H200 run): PYG_EDGEDOT_FWD_VARIANT 0 = reuse, 4 edges;
+  // 1 = no reuse, 4 edges; 2 = no reuse, 8 edges; 3 = reuse, 8 edges.
+  const char* variant_env = std::getenv("PYG_EDGEDOT_FWD_VARIANT");
+  const int variant = (REL || variant_env == nullptr) ? 0 : variant_env[0] - '0';
+  auto kernel = edge_dot_fwd_kernel<scalar_t, index_t, VEC, kForwardEdgesInFlight, REL, true>;
+  if (!REL && variant == 1) kernel = edge_dot_fwd_kernel<scalar_t, index_t, VEC, 4, REL, false>;
+  if (!REL && variant == 2) kernel = edge_dot_fwd_kernel<scalar_t, index_t, VEC, 8, REL, false>;
+  if (!REL && variant == 3) kernel = edge_dot_fwd_kernel<scalar_t, index_t, VEC, 8, REL, true>;
+  kernel<<<grid, kThreads, 0, c10::cuda::getCurrentCUDAStream()>>>(
           x_src.const_data_ptr<scalar_t>(), x_src.stride(0), x_src.size(0),
           x_dst.const_data_ptr<scalar_t>(), x_dst.stride(0), x_dst.size(0),
           REL ? rel.const_data_ptr<scalar_t>() : nullptr, REL ? rel.stride(0) : 0,
