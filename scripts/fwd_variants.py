@@ -10,6 +10,10 @@ sorted order next to torch.compile of PyG's expression; then W1's forward + back
 a flush (launch-bound), pyg_edgedot vs eager, to see where its time goes.
 
 Usage: python scripts/fwd_variants.py OUT.json
+
+Ran once (results/h200_fwd_variants_20261203.{json,log}) at commit 33f601e, whose
+edge_dot_cuda.cu read PYG_EDGEDOT_FWD_VARIANT. Variant 1 won (or tied) everywhere and became
+the only forward; the variable is no longer read, so today every variant runs the same kernel.
 """
 import json
 import os

@@ -2,9 +2,10 @@
 //
 // Forward: a group of G lanes (a power of two <= 32) scores EPG edges at once; each lane
 // reads 16-byte vectors of both rows (scalars when rows are not aligned), kept packed until
-// used, accumulates in opmath, and the group reduces with shuffles. A source row slice is
-// reused while consecutive edges share it (edges sorted by source). Traffic: 2 * E * D
-// elements gathered (less with sorted sources), E indices of each side, E scores written.
+// used, accumulates in opmath, and the group reduces with shuffles. Both rows are loaded for
+// every edge: with edges sorted by source, L1/L2 serve the repeated source rows (skipping the
+// load in registers was measured slower, benchmarks/NOTES.md v6). Traffic: 2 * E * D
+// elements gathered (less from DRAM with sorted sources), E indices of each side, E scores.
 // No [E, D] intermediate.
 //
 // Backward (one side, out[scatter[e]] += grad[e] * x_gather[gather[e]]): the edges are
@@ -26,7 +27,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <limits>
 
 #include "common.h"
@@ -38,13 +38,17 @@ namespace {
 constexpr int kThreads = 256;
 using namespace ::pyg_edgedot::cuda;
 
+inline int64_t num_sms() {
+  int device = 0, count = 0;
+  C10_CUDA_CHECK(cudaGetDevice(&device));
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
+  return count;
+}
+
 inline int64_t grid_for(int64_t num_warps_needed) {
   const int64_t warps_per_block = kThreads / kWarp;
   const int64_t blocks = (num_warps_needed + warps_per_block - 1) / warps_per_block;
-  int device = 0, num_sms = 0;
-  C10_CUDA_CHECK(cudaGetDevice(&device));
-  C10_CUDA_CHECK(cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, device));
-  const int64_t max_blocks = static_cast<int64_t>(num_sms) * 32;
+  const int64_t max_blocks = num_sms() * 32;
   return std::max<int64_t>(1, std::min(blocks, max_blocks));
 }
 
@@ -61,8 +65,8 @@ inline int64_t grid_for(int64_t num_warps_needed) {
 //
 // With REL, each product also takes the edge's relation row: sum_k a[k] * r[k] * b[k]
 // (DistMult). The relation table is small, so its rows come from L1/L2.
-template <typename scalar_t, typename index_t, int VEC, int EPG, bool REL, bool REUSE = true>
-__global__ void __launch_bounds__(kThreads, REL ? 1 : (EPG > 4 ? 2 : 3)) edge_dot_fwd_kernel(
+template <typename scalar_t, typename index_t, int VEC, int EPG, bool REL>
+__global__ void __launch_bounds__(kThreads, REL ? 1 : 3) edge_dot_fwd_kernel(
     const scalar_t* __restrict__ x_src, int64_t src_row_stride, int64_t num_src,  // [N_src, D]
     const scalar_t* __restrict__ x_dst, int64_t dst_row_stride, int64_t num_dst,  // [N_dst, D]
     const scalar_t* __restrict__ rel, int64_t rel_row_stride, int64_t num_rel,    // [R, D]
@@ -108,9 +112,7 @@ __global__ void __launch_bounds__(kThreads, REL ? 1 : (EPG > 4 ? 2 : 3)) edge_do
       const scalar_t* dst_row[EPG];
       const scalar_t* rel_row[REL ? EPG : 1];
       bool valid[EPG];
-      bool same_src[EPG];  // the last valid edge before this one has its source row: reuse it
       acc_t acc[EPG];
-      int64_t prev_s = -1;
 #pragma unroll
       for (int j = 0; j < EPG; ++j) {
         const int source_lane = group_first_edge + t0 + (j < batch ? j : 0);
@@ -120,8 +122,6 @@ __global__ void __launch_bounds__(kThreads, REL ? 1 : (EPG > 4 ? 2 : 3)) edge_do
         if constexpr (REL) t = __shfl_sync(0xffffffffu, my_t, source_lane);
         valid[j] = j < batch && s >= 0 && s < num_src && d >= 0 && d < num_dst && t >= 0 &&
                    t < num_rel;
-        same_src[j] = REUSE && valid[j] && s == prev_s;
-        prev_s = valid[j] ? s : prev_s;
         src_row[j] = x_src + (valid[j] ? s : 0) * src_row_stride;
         dst_row[j] = x_dst + (valid[j] ? d : 0) * dst_row_stride;
         if constexpr (REL) rel_row[j] = rel + (valid[j] ? t : 0) * rel_row_stride;
@@ -133,22 +133,20 @@ __global__ void __launch_bounds__(kThreads, REL ? 1 : (EPG > 4 ? 2 : 3)) edge_do
 #pragma unroll
         for (int j = 0; j < EPG; ++j) {
           if (valid[j]) {
-            if (!same_src[j]) a[j].load(src_row[j] + k);
+            a[j].load(src_row[j] + k);
             b[j].load(dst_row[j] + k);
             if constexpr (REL) r[j].load(rel_row[j] + k);
           }
         }
-        Packed<scalar_t, VEC> cur;  // the source row slice of edge j (set by the first valid one)
 #pragma unroll
         for (int j = 0; j < EPG; ++j) {
           if (valid[j]) {
-            cur.select(!same_src[j], a[j]);
 #pragma unroll
             for (int i = 0; i < VEC; ++i) {
               if constexpr (REL) {
-                acc[j] += cur.get(i) * r[j].get(i) * b[j].get(i);
+                acc[j] += a[j].get(i) * r[j].get(i) * b[j].get(i);
               } else {
-                acc[j] += cur.get(i) * b[j].get(i);
+                acc[j] += a[j].get(i) * b[j].get(i);
               }
             }
           }
@@ -179,15 +177,7 @@ void launch_forward(const at::Tensor& x_src, const at::Tensor& x_dst, const at::
   const int64_t num_edges = out.size(0), feat_dim = x_src.size(1);
   const int group = group_size_for(feat_dim, VEC);
   const int64_t grid = grid_for((num_edges + kWarp - 1) / kWarp);
-  // EXPERIMENT (A/B, removed after the H200 run): PYG_EDGEDOT_FWD_VARIANT 0 = reuse, 4 edges;
-  // 1 = no reuse, 4 edges; 2 = no reuse, 8 edges; 3 = reuse, 8 edges.
-  const char* variant_env = std::getenv("PYG_EDGEDOT_FWD_VARIANT");
-  const int variant = (REL || variant_env == nullptr) ? 0 : variant_env[0] - '0';
-  auto kernel = edge_dot_fwd_kernel<scalar_t, index_t, VEC, kForwardEdgesInFlight, REL, true>;
-  if (!REL && variant == 1) kernel = edge_dot_fwd_kernel<scalar_t, index_t, VEC, 4, REL, false>;
-  if (!REL && variant == 2) kernel = edge_dot_fwd_kernel<scalar_t, index_t, VEC, 8, REL, false>;
-  if (!REL && variant == 3) kernel = edge_dot_fwd_kernel<scalar_t, index_t, VEC, 8, REL, true>;
-  kernel<<<grid, kThreads, 0, c10::cuda::getCurrentCUDAStream()>>>(
+  edge_dot_fwd_kernel<scalar_t, index_t, VEC, kForwardEdgesInFlight, REL><<<grid, kThreads, 0, c10::cuda::getCurrentCUDAStream()>>>(
           x_src.const_data_ptr<scalar_t>(), x_src.stride(0), x_src.size(0),
           x_dst.const_data_ptr<scalar_t>(), x_dst.stride(0), x_dst.size(0),
           REL ? rel.const_data_ptr<scalar_t>() : nullptr, REL ? rel.stride(0) : 0,
@@ -675,9 +665,15 @@ void grad_one_side(const at::Tensor& grad_out, const at::Tensor& x_gather,
   const GatherRows<scalar_t> in{
       x_gather.const_data_ptr<scalar_t>(), x_gather.stride(0),
       TRIPLE ? x_other.const_data_ptr<scalar_t>() : nullptr, TRIPLE ? x_other.stride(0) : 0};
-  // Rows per stretch of the walking kernel: about 256 edges at the mean degree.
+  // Rows per stretch of the walking kernel: about 256 edges at the mean degree, fewer when
+  // that would leave resident groups idle (a stretch's walk is serial: at E = 16K, 256-edge
+  // stretches made the walk 55 us of latency). Each row is summed alone, in sorted order, so
+  // the stretch length never changes the result.
   const int64_t mean_degree = std::max<int64_t>(1, num_edges / num_rows);
-  const int64_t stretch_rows = std::clamp<int64_t>(256 / mean_degree, 1, 256);
+  const int64_t resident_groups =
+      num_sms() * (kThreads / kWarp) * kWalkMinBlocks * rows_per_warp;
+  const int64_t stretch_edges = std::clamp<int64_t>(num_edges / resident_groups, 1, 256);
+  const int64_t stretch_rows = std::clamp<int64_t>(stretch_edges / mean_degree, 1, 256);
   const int64_t num_stretches = (num_rows + stretch_rows - 1) / stretch_rows;
   const int64_t walk_grid = grid_for((num_stretches + rows_per_warp - 1) / rows_per_warp);
   auto launch = [&](auto vec_tag) {

@@ -61,13 +61,6 @@ struct Packed {
       return __half2float(__ushort_as_half(static_cast<unsigned short>(i % 2 ? w >> 16 : w)));
     }
   }
-  // Where two rows hold the same data (consecutive edges with one source row).
-  __device__ __forceinline__ void select(bool take_other, const Packed& other) {
-    raw.x = take_other ? other.raw.x : raw.x;
-    raw.y = take_other ? other.raw.y : raw.y;
-    raw.z = take_other ? other.raw.z : raw.z;
-    raw.w = take_other ? other.raw.w : raw.w;
-  }
 };
 
 template <typename scalar_t>
@@ -76,9 +69,6 @@ struct Packed<scalar_t, 1> {
   __device__ __forceinline__ void load(const scalar_t* __restrict__ ptr) { raw = __ldg(ptr); }
   __device__ __forceinline__ at::opmath_type<scalar_t> get(int) const {
     return static_cast<at::opmath_type<scalar_t>>(raw);
-  }
-  __device__ __forceinline__ void select(bool take_other, const Packed& other) {
-    raw = take_other ? other.raw : raw;
   }
 };
 
