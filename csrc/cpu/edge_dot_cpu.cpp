@@ -9,6 +9,7 @@
 #include <limits>
 
 #include "common.h"
+#include "prefetch.h"
 
 namespace pyg_edgedot {
 namespace {
@@ -71,8 +72,16 @@ void edge_dot_cpu_impl(const at::Tensor& x_src, const at::Tensor& x_dst,
   const scalar_t nan = static_cast<scalar_t>(std::numeric_limits<acc_t>::quiet_NaN());
 
   if (out.numel() == 0) return;
+  const int64_t row_bytes = feat_dim * static_cast<int64_t>(sizeof(scalar_t));
+  const int64_t ahead = prefetch_distance(2 * row_bytes);
   at::parallel_for(0, out.size(0), grain, [&](int64_t begin, int64_t end) {
     for (int64_t e = begin; e < end; ++e) {
+      if (e + ahead < end) {
+        const int64_t ps = static_cast<int64_t>(src_ptr[(e + ahead) * src_stride]);
+        const int64_t pd = static_cast<int64_t>(dst_ptr[(e + ahead) * dst_stride]);
+        if (ps >= 0 && ps < num_src) prefetch_lines(src_rows + ps * src_row_stride, row_bytes);
+        if (pd >= 0 && pd < num_dst) prefetch_lines(dst_rows + pd * dst_row_stride, row_bytes);
+      }
       const int64_t s = static_cast<int64_t>(src_ptr[e * src_stride]);
       const int64_t d = static_cast<int64_t>(dst_ptr[e * dst_stride]);
       const int64_t t = has_rel ? static_cast<int64_t>(rel_ptr[e * rel_stride]) : 0;
@@ -164,7 +173,19 @@ void edge_dot_grad_cpu_impl(const at::Tensor& grad_out, const at::Tensor& x_gath
   at::parallel_for(0, num_blocks, 1, [&](int64_t block_begin, int64_t block_end) {
     const int64_t k0 = block_begin * kBlockCols;
     const int64_t k1 = std::min(feat_dim, block_end * kBlockCols);
+    const int64_t slice = k1 - k0;
+    const int64_t ahead = prefetch_distance(slice * (sizeof(scalar_t) + sizeof(acc_t)));
     for (int64_t e = 0; e < num_edges; ++e) {
+      if (e + ahead < num_edges) {  // the gathered row slice and the target slice, ahead
+        const int64_t ps = static_cast<int64_t>(scatter_ptr[(e + ahead) * scatter_stride]);
+        const int64_t pg = static_cast<int64_t>(gather_ptr[(e + ahead) * gather_stride]);
+        if (pg >= 0 && pg < num_gather) {
+          prefetch_lines(rows + pg * row_stride + k0, slice * sizeof(scalar_t));
+        }
+        if (ps >= 0 && ps < num_rows) {
+          prefetch_lines(acc_ptr + ps * feat_dim + k0, slice * sizeof(acc_t), true);
+        }
+      }
       const int64_t s = static_cast<int64_t>(scatter_ptr[e * scatter_stride]);
       const int64_t g = static_cast<int64_t>(gather_ptr[e * gather_stride]);
       const int64_t o = triple ? static_cast<int64_t>(other_ptr[e * other_stride]) : 0;
