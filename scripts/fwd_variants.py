@@ -76,19 +76,8 @@ def main(path):
                       torch.randint(0, 768, (16384,), device="cuda", generator=gen)])
     grad = torch.randn(16384, device="cuda", generator=gen)
 
-    def events(fn, reps=200):
-        for _ in range(10):
-            fn()
-        torch.cuda.synchronize()
-        times = []
-        for _ in range(reps):
-            s, t = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            s.record()
-            fn()
-            t.record()
-            torch.cuda.synchronize()
-            times.append(s.elapsed_time(t))
-        return sorted(times)[reps // 2]
+    def events(fn):
+        return time_ms(fn, reps=200, flush=False, warmups=10)
 
     def fb(fn):
         def run():

@@ -33,15 +33,18 @@ def set_variant(v):
     os.environ["PYG_EDGEDOT_GRAD_VARIANT"] = str(v)
 
 
-def time_ms(fn, reps=10):
+def time_ms(fn, reps=10, flush=True, warmups=1):
+    """Median of CUDA-event times; the L2 flushed (a 256 MB fill) before each rep if flush."""
     global flush_buf
     if flush_buf is None:
         flush_buf = torch.empty(64 * 1024 * 1024, dtype=torch.float32, device="cuda")
-    fn()
+    for _ in range(warmups):
+        fn()
     torch.cuda.synchronize()
     times = []
     for _ in range(reps):
-        flush_buf.fill_(1.0)
+        if flush:
+            flush_buf.fill_(1.0)
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         fn()

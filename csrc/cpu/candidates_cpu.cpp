@@ -18,6 +18,23 @@ namespace pyg_edgedot {
 
 namespace {
 
+// The candidate rows: prefetch(cands, stride, k, count) asks for the row of the candidate a
+// few places after k in this source's list (see prefetch.h), if there is one in range.
+template <typename scalar_t>
+struct CandidateRows {
+  const scalar_t* rows;
+  int64_t row_stride, num_rows, feat_dim;
+
+  template <typename index_t>
+  void prefetch(const index_t* cands, int64_t stride, int64_t k, int64_t count) const {
+    const int64_t row_bytes = feat_dim * static_cast<int64_t>(sizeof(scalar_t));
+    const int64_t ahead = k + prefetch_distance(row_bytes);
+    if (ahead >= count) return;
+    const int64_t c = static_cast<int64_t>(cands[ahead * stride]);
+    if (c >= 0 && c < num_rows) prefetch_lines(rows + c * row_stride, row_bytes);
+  }
+};
+
 // Dot product of an opmath row with a row of the input dtype, eight partial sums so the
 // compiler can vectorize it. Scores and ranks both use it, so a negative equal to the
 // positive candidate scores bitwise the same.
@@ -66,14 +83,7 @@ void score_candidates_cpu_impl(const at::Tensor& x_src, const at::Tensor& x_dst,
   const int64_t num_rows = out.size(0), num_cand = out.size(1), feat_dim = x_src.size(1);
   const scalar_t nan = static_cast<scalar_t>(std::numeric_limits<acc_t>::quiet_NaN());
 
-  const int64_t row_bytes = feat_dim * static_cast<int64_t>(sizeof(scalar_t));
-  const int64_t ahead = prefetch_distance(row_bytes);
-  // The row of candidate k of this source, if in range.
-  auto prefetch_candidate = [&](const index_t* cands, int64_t stride, int64_t k, int64_t count) {
-    if (k >= count) return;
-    const int64_t c = static_cast<int64_t>(cands[k * stride]);
-    if (c >= 0 && c < num_dst) prefetch_lines(dst_rows + c * dst_row_stride, row_bytes);
-  };
+  const CandidateRows<scalar_t> cand_rows{dst_rows, dst_row_stride, num_dst, feat_dim};
   at::parallel_for(0, num_rows, grain_rows(num_cand, feat_dim), [&](int64_t begin, int64_t end) {
     std::vector<acc_t> source(feat_dim);
     for (int64_t n = begin; n < end; ++n) {
@@ -86,7 +96,7 @@ void score_candidates_cpu_impl(const at::Tensor& x_src, const at::Tensor& x_dst,
       }
       scalar_t* out_row = out_ptr + n * num_cand;
       for (int64_t k = 0; k < num_cand; ++k) {
-        prefetch_candidate(cand_ptr + n * cand_stride0, cand_stride1, k + ahead, num_cand);
+        cand_rows.prefetch(cand_ptr + n * cand_stride0, cand_stride1, k, num_cand);
         const int64_t c = static_cast<int64_t>(cand_ptr[n * cand_stride0 + k * cand_stride1]);
         if (!source_ok || c < 0 || c >= num_dst) {
           out_row[k] = nan;
@@ -143,14 +153,7 @@ void rank_candidates_cpu_impl(const at::Tensor& x_src, const at::Tensor& x_dst,
   const int64_t feat_dim = x_src.size(1);
   auto rounded = [](acc_t score) { return static_cast<acc_t>(static_cast<scalar_t>(score)); };
 
-  const int64_t row_bytes = feat_dim * static_cast<int64_t>(sizeof(scalar_t));
-  const int64_t ahead = prefetch_distance(row_bytes);
-  // The row of candidate k of this source, if in range.
-  auto prefetch_candidate = [&](const index_t* cands, int64_t stride, int64_t k, int64_t count) {
-    if (k >= count) return;
-    const int64_t c = static_cast<int64_t>(cands[k * stride]);
-    if (c >= 0 && c < num_dst) prefetch_lines(dst_rows + c * dst_row_stride, row_bytes);
-  };
+  const CandidateRows<scalar_t> cand_rows{dst_rows, dst_row_stride, num_dst, feat_dim};
   at::parallel_for(0, num_rows, grain_rows(num_cand, feat_dim), [&](int64_t begin, int64_t end) {
     std::vector<acc_t> source(feat_dim);
     for (int64_t n = begin; n < end; ++n) {
@@ -164,7 +167,7 @@ void rank_candidates_cpu_impl(const at::Tensor& x_src, const at::Tensor& x_dst,
         const acc_t pos = rounded(buffered_dot<acc_t, scalar_t>(
             source.data(), dst_rows + p * dst_row_stride, feat_dim));
         for (int64_t k = 0; k < num_cand; ++k) {
-          prefetch_candidate(neg_ptr + n * neg_stride0, neg_stride1, k + ahead, num_cand);
+          cand_rows.prefetch(neg_ptr + n * neg_stride0, neg_stride1, k, num_cand);
           const int64_t c = static_cast<int64_t>(neg_ptr[n * neg_stride0 + k * neg_stride1]);
           if (c < 0 || c >= num_dst) {
             row_bad = true;
