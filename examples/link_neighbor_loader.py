@@ -8,8 +8,9 @@ embeds every node with the same fan-out, then the validation and test edges are 
 link_pred.py (ROC-AUC, AP, MRR and Hits@K). The model with the best validation ROC-AUC is
 tested.
 
-Neighbor sampling needs 'pyg-lib' (or the older 'torch-sparse'); without either, this
-example stops at once and says so.
+PyG samples neighbors with 'pyg-lib' (or the older 'torch-sparse'); without either (neither
+has wheels on PyPI), this example says so and passes both loaders a pure-PyTorch
+NeighborSampler from _sampler.py (PyG's own sampler with only the sampling step replaced).
 
 examples:
   python examples/link_neighbor_loader.py
@@ -17,25 +18,25 @@ examples:
   python examples/link_neighbor_loader.py --device cuda --num-nodes 1000000 --avg-degree 20 \\
       --batch-size 65536 --num-workers 4 --epochs 3 --json lnl.json
 """
+import warnings
+
 import torch
 from torch_geometric.data import Data
 from pyg_edgedot import EdgeDotScore
 
 import _common
 import _data
+import _sampler
 
 
-def check_neighbor_sampling() -> None:
-    """Raises ExampleError unless PyG can sample neighbors (pyg-lib or torch-sparse)."""
-    import torch_geometric.typing
-    if torch_geometric.typing.WITH_PYG_LIB or torch_geometric.typing.WITH_TORCH_SPARSE:
-        return
-    raise _common.ExampleError(
-        "LinkNeighborLoader and NeighborLoader need a neighbor-sampling backend, and "
-        "neither 'pyg-lib' nor 'torch-sparse' is installed (PyG "
-        f"{torch_geometric.__version__} has no pure-PyTorch sampler). Install the pyg-lib "
-        f"wheel built for torch {torch.__version__.split('+')[0]} and your CUDA/CPU variant "
-        "(see https://github.com/pyg-team/pyg-lib#installation), then run this again.")
+def neighbor_sampler(data: Data, num_neighbors):
+    """None (PyG builds its own sampler) when pyg-lib or torch-sparse is installed; else
+    the pure-PyTorch one from _sampler.py."""
+    if _sampler.have_native_sampler():
+        return None
+    with warnings.catch_warnings():  # PyG's "install pyg-lib" warning: said once, in main
+        warnings.filterwarnings("ignore", message=".*without a 'pyg-lib' installation")
+        return _sampler.TorchNeighborSampler(data, num_neighbors=num_neighbors)
 
 
 def parse_args(argv=None):
@@ -64,8 +65,10 @@ def parse_args(argv=None):
 
 def main(argv=None) -> dict:
     args = parse_args(argv)
-    check_neighbor_sampling()
     from torch_geometric.loader import LinkNeighborLoader, NeighborLoader
+    if not _sampler.have_native_sampler():
+        print("note: neither pyg-lib nor torch-sparse is installed; sampling neighbors with "
+              "_sampler.TorchNeighborSampler (pure PyTorch, slower than pyg-lib)", flush=True)
 
     device = _common.setup(args)  # --device, and seeds everything with --seed
     data, name = _data.load_graph(args)
@@ -82,7 +85,8 @@ def main(argv=None) -> dict:
         edge_label_index=train_data.edge_label_index,
         neg_sampling=dict(mode="binary", amount=args.neg_ratio),
         batch_size=args.batch_size, shuffle=True, num_workers=args.num_workers,
-        persistent_workers=args.num_workers > 0)
+        persistent_workers=args.num_workers > 0,
+        neighbor_sampler=neighbor_sampler(train_data, args.num_neighbors))
 
     def train_epoch(timer: _common.EpochTimer) -> float:
         model.train()
@@ -106,7 +110,8 @@ def main(argv=None) -> dict:
         graph = Data(x=split.x, edge_index=split.edge_index, num_nodes=split.num_nodes)
         return NeighborLoader(graph, num_neighbors=args.num_neighbors,
                               batch_size=args.eval_batch_size, shuffle=False,
-                              num_workers=args.num_workers)
+                              num_workers=args.num_workers,
+                              neighbor_sampler=neighbor_sampler(graph, args.num_neighbors))
 
     val_loader, test_loader = node_loader(val_data), node_loader(test_data)
 
