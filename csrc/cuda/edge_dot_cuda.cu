@@ -177,7 +177,9 @@ void launch_forward(const at::Tensor& x_src, const at::Tensor& x_dst, const at::
   const int64_t num_edges = out.size(0), feat_dim = x_src.size(1);
   const int group = group_size_for(feat_dim, VEC);
   const int64_t grid = grid_for((num_edges + kWarp - 1) / kWarp);
-  edge_dot_fwd_kernel<scalar_t, index_t, VEC, kForwardEdgesInFlight, REL><<<grid, kThreads, 0, c10::cuda::getCurrentCUDAStream()>>>(
+  const auto stream = c10::cuda::getCurrentCUDAStream();
+  edge_dot_fwd_kernel<scalar_t, index_t, VEC, kForwardEdgesInFlight, REL>
+      <<<grid, kThreads, 0, stream>>>(
           x_src.const_data_ptr<scalar_t>(), x_src.stride(0), x_src.size(0),
           x_dst.const_data_ptr<scalar_t>(), x_dst.stride(0), x_dst.size(0),
           REL ? rel.const_data_ptr<scalar_t>() : nullptr, REL ? rel.stride(0) : 0,
