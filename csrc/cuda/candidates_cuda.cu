@@ -323,13 +323,6 @@ __global__ void ranks_from_counts_kernel(const unsigned long long* __restrict__ 
 // Launch configuration
 // ---------------------------------------------------------------------------------------
 
-inline int num_sms() {
-  int device = 0, sms = 0;
-  C10_CUDA_CHECK(cudaGetDevice(&device));
-  C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  return sms;
-}
-
 struct Plan {
   Tiling tiling;
   int threads;
@@ -478,7 +471,7 @@ std::tuple<at::Tensor, at::Tensor> rank_candidates_cuda(const at::Tensor& x_src_
       if (counts_ptr != nullptr) {
         constexpr int kThreads = 256;
         const int64_t blocks = std::min<int64_t>((num_rows + kThreads - 1) / kThreads,
-                                                 static_cast<int64_t>(num_sms()) * 32);
+                                                 num_sms() * 32);
         ranks_from_counts_kernel<<<blocks, kThreads, 0, stream>>>(
             counts_ptr, rank.mutable_data_ptr<float>(), num_rows);
         C10_CUDA_KERNEL_LAUNCH_CHECK();

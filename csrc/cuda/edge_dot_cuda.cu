@@ -38,13 +38,6 @@ namespace {
 constexpr int kThreads = 256;
 using namespace ::pyg_edgedot::cuda;
 
-inline int64_t num_sms() {
-  int device = 0, count = 0;
-  C10_CUDA_CHECK(cudaGetDevice(&device));
-  C10_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
-  return count;
-}
-
 inline int64_t grid_for(int64_t num_warps_needed) {
   const int64_t warps_per_block = kThreads / kWarp;
   const int64_t blocks = (num_warps_needed + warps_per_block - 1) / warps_per_block;

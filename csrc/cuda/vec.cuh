@@ -1,9 +1,11 @@
 // Pieces shared by the CUDA kernels of pyg_edgedot (edge_dot_cuda.cu, candidates_cuda.cu):
-// 16-byte vectors, and the choice of vector width and lanes per group for a row length.
+// 16-byte vectors, the choice of vector width and lanes per group for a row length, and the
+// current device's SM count.
 #pragma once
 
 #include <ATen/ATen.h>
 #include <ATen/OpMathType.h>
+#include <c10/cuda/CUDAException.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -90,6 +92,14 @@ inline int group_size_for(int64_t feat_dim, int vec) {
   int group = 1;
   while (group < kWarp && group < lanes_needed) group *= 2;
   return group;
+}
+
+// Streaming multiprocessors of the current device (grid sizes, resident groups).
+inline int64_t num_sms() {
+  int device = 0, count = 0;
+  C10_CUDA_CHECK(cudaGetDevice(&device));
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
+  return count;
 }
 
 inline bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
