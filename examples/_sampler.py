@@ -42,9 +42,8 @@ class TorchNeighborSampler(NeighborSampler):
         nodes = [seed]
         rows, cols, edges = [], [], []
         num_sampled_nodes, num_sampled_edges = [seed.numel()], []
-        begin, end = 0, seed.numel()
+        frontier, begin = seed, 0  # the nodes this hop expands; local ids from begin on
         for k in self.num_neighbors.get_mapped_values():
-            frontier = torch.cat(nodes)[begin:end]
             start = colptr[frontier]
             degree = colptr[frontier + 1] - start
             first = torch.cumsum(degree, 0) - degree  # where each node's edges start
@@ -60,22 +59,21 @@ class TorchNeighborSampler(NeighborSampler):
                 owner, position = owner[keep], position[keep]
             neighbor = row[position]
             new = neighbor[local[neighbor] < 0]
-            added = 0
+            end = begin + frontier.numel()  # local ids so far
+            frontier = new  # empty if nothing new
             if new.numel() > 0:
                 unique, inverse = torch.unique(new, return_inverse=True)
                 first_seen = torch.full((unique.numel(),), new.numel(), dtype=torch.long)
                 first_seen.scatter_reduce_(0, inverse, torch.arange(new.numel()), "amin")
-                unique = unique[torch.argsort(first_seen)]
-                total = sum(n.numel() for n in nodes)
-                local[unique] = torch.arange(total, total + unique.numel())
-                nodes.append(unique)
-                added = unique.numel()
+                frontier = unique[torch.argsort(first_seen)]
+                local[frontier] = torch.arange(end, end + frontier.numel())
+                nodes.append(frontier)
             rows.append(local[neighbor])
             cols.append(owner + begin)
             edges.append(position)
-            num_sampled_nodes.append(added)
+            num_sampled_nodes.append(frontier.numel())
             num_sampled_edges.append(position.numel())
-            begin, end = end, end + added
+            begin = end
         empty = torch.empty(0, dtype=torch.long)
         return SamplerOutput(
             node=torch.cat(nodes), row=torch.cat(rows) if rows else empty,

@@ -215,14 +215,13 @@ def test_gae(tmp_path):
     assert set(doc["timing"]["mean_phase_time_s"]) == {"step"}
 
 
-def test_link_neighbor_loader(tmp_path):
+def test_link_neighbor_loader(tmp_path, examples_path):
     # With pyg-lib or torch-sparse, PyG's own sampler; without (CI: neither is on PyPI), the
     # example's pure-PyTorch one, and it says so.
     doc, proc = run_example(tmp_path, "link_neighbor_loader.py", *TINY_GRAPH, "--epochs", "2",
                             "--batch-size", "256", "--num-neighbors", "5", "5", *TINY_EVAL)
     check_report(doc, example="link_neighbor_loader", epochs=2)
-    import torch_geometric.typing as pyg_typing
-    native = pyg_typing.WITH_PYG_LIB or pyg_typing.WITH_TORCH_SPARSE
+    native = import_example("_sampler").have_native_sampler()
     assert ("TorchNeighborSampler" in proc.stdout) != native, proc.stdout[-2000:]
     assert "without a 'pyg-lib' installation" not in proc.stderr, proc.stderr[-2000:]
 
