@@ -23,12 +23,16 @@ namespace {
 template <typename scalar_t>
 struct CandidateRows {
   const scalar_t* rows;
-  int64_t row_stride, num_rows, feat_dim;
+  int64_t row_stride, num_rows, row_bytes, distance;
+
+  CandidateRows(const scalar_t* rows, int64_t row_stride, int64_t num_rows, int64_t feat_dim)
+      : rows(rows), row_stride(row_stride), num_rows(num_rows),
+        row_bytes(feat_dim * static_cast<int64_t>(sizeof(scalar_t))),
+        distance(prefetch_distance(row_bytes)) {}
 
   template <typename index_t>
   void prefetch(const index_t* cands, int64_t stride, int64_t k, int64_t count) const {
-    const int64_t row_bytes = feat_dim * static_cast<int64_t>(sizeof(scalar_t));
-    const int64_t ahead = k + prefetch_distance(row_bytes);
+    const int64_t ahead = k + distance;
     if (ahead >= count) return;
     const int64_t c = static_cast<int64_t>(cands[ahead * stride]);
     if (c >= 0 && c < num_rows) prefetch_lines(rows + c * row_stride, row_bytes);
