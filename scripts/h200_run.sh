@@ -108,8 +108,8 @@ for step in "$@"; do
     tests12)
       # The full suite, 16 workers (12 took 392-410+ s), within the device call's 600 s with a
       # cold build (~90 s): run it alone in a call.
-      timeout 480 python3 -m pytest -q -rs -n 16 -p no:cacheprovider tests 2>&1 \
-        | tee "$OUT/pytest.log" | tail -15 ;;
+      timeout 490 python3 -m pytest -q -rs -n 16 -p no:cacheprovider --durations=60 tests \
+        2>&1 | tee "$OUT/pytest.log" | tail -15 ;;
     ncu_walk)
       # Counters for v5's walking row kernel at W3 (fp32), as ncu_bwd for v4's.
       ncu --clock-control none -k regex:grad_walk -c 1 --section SpeedOfLight \
