@@ -2,7 +2,7 @@
 # What every GPU figure in README.md and the issue notes comes from. Run on the H200 through the
 # device tool, from the repo root:  bash scripts/h200_run.sh STEP...   (results under $OUT)
 # Steps: tests, triton, sanitizer, smoke, profile, bench, beyond, examples, ddp, resources, ncu,
-# ncu_bwd, variants, ncu_walk, fwd_variants, tests12.
+# ncu_bwd, variants, ncu_walk, fwd_variants, tests12, fwd_sorted.
 set -uo pipefail
 OUT=${OUT:-/tmp/pyg_edgedot_out}
 mkdir -p "$OUT"
@@ -105,6 +105,20 @@ for step in "$@"; do
       # v6: the forward with and without source-row reuse, 4 or 8 edges in flight, same bits;
       # W1's forward + backward without a cache flush, with a profile.
       python3 scripts/fwd_variants.py "$OUT/fwd_variants.json" 2>&1 | tee "$OUT/fwd_variants.log" ;;
+    fwd_sorted)
+      # Why compile's forward wins in source-sorted order; what validate=True costs
+      # (scripts/fwd_sorted_probe.py; benchmarks/NOTES.md, v6 follow-up).
+      python3 scripts/fwd_sorted_probe.py validate "$OUT/validate.json" 2>&1 \
+        | tee "$OUT/validate.log" | tail -3
+      python3 scripts/fwd_sorted_probe.py variants "$OUT/fwd_sorted.json" 2>&1 \
+        | tee "$OUT/fwd_sorted.log" | tail -6
+      TORCH_LOGS=output_code ncu --clock-control none --profile-from-start off \
+        --section SpeedOfLight --section MemoryWorkloadAnalysis \
+        --section MemoryWorkloadAnalysis_Tables --section Occupancy --section LaunchStats \
+        --section WarpStateStats --section SchedulerStats \
+        python3 scripts/fwd_sorted_probe.py ncu > "$OUT/ncu_fwd_sorted.txt" 2>&1
+      grep -E "^  [a-z_]+.*\(|Duration|DRAM Throughput|L1/TEX Hit|L2 Hit|Achieved Occ|Registers Per|Grid Size|Block Size|Warp Cycles Per Issued|Theoretical Occ" \
+        "$OUT/ncu_fwd_sorted.txt" | cut -c1-120 | head -40 ;;
     tests12)
       # The full suite, 16 workers (12 took 392-410+ s), within the device call's 600 s with a
       # cold build (~90 s): run it alone in a call.
