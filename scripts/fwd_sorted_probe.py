@@ -39,7 +39,9 @@ WORKLOADS = {  # num_nodes, num_edges, feat_dim, dtype
 }
 VARIANTS = {0: "v6 copy", 1: "dst L1 no_allocate, src L1 evict_last", 2: "dst ld.global.cs",
             3: "full grid", 4: "min 4 blocks/SM", 5: "2 edges in flight, min 6 blocks/SM",
-            6: "hint 1 + min 4 blocks/SM", 7: "hint 1 + full grid"}
+            6: "hint 1 + min 4 blocks/SM", 7: "hint 1 + full grid",
+            8: "2 edges in flight, min 4 blocks/SM", 9: "1 edge in flight, min 6 blocks/SM",
+            10: "hint 1 + 2 edges, min 4 blocks/SM", 11: "hint 1 + 1 edge, min 6 blocks/SM"}
 
 
 def eager(xs, xd, ei):

@@ -44,11 +44,11 @@ __device__ __forceinline__ uint4 load_row16(const void* ptr) {
 
 template <typename scalar_t>
 __device__ __forceinline__ at::opmath_type<scalar_t> elem(const uint4& raw, int i) {
-  const uint32_t w4[4] = {raw.x, raw.y, raw.z, raw.w};
+  auto word = [&](int w) { return w == 0 ? raw.x : w == 1 ? raw.y : w == 2 ? raw.z : raw.w; };
   if constexpr (std::is_same_v<scalar_t, float>) {
-    return __uint_as_float(w4[i]);
+    return __uint_as_float(word(i));
   } else {
-    const uint32_t w = w4[i / 2];
+    const uint32_t w = word(i / 2);
     return __uint_as_float(i % 2 ? (w & 0xffff0000u) : (w << 16));  // bfloat16
   }
 }
@@ -144,7 +144,8 @@ void launch(const at::Tensor& xs, const at::Tensor& xd, const at::Tensor& si,
 }
 
 // variant: 0 v6 | 1 hint 1 | 2 hint 2 | 3 full grid | 4 MINB 4 | 5 EPG 2, MINB 6 |
-//          6 hint 1 + MINB 4 | 7 hint 1 + full grid
+//          6 hint 1 + MINB 4 | 7 hint 1 + full grid | 8 EPG 2, MINB 4 | 9 EPG 1, MINB 6 |
+//          10 hint 1 + EPG 2, MINB 4 | 11 hint 1 + EPG 1, MINB 6
 template <typename scalar_t>
 void dispatch(int variant, const at::Tensor& xs, const at::Tensor& xd, const at::Tensor& si,
               const at::Tensor& di, at::Tensor& out) {
@@ -157,7 +158,11 @@ void dispatch(int variant, const at::Tensor& xs, const at::Tensor& xd, const at:
     case 5: return launch<scalar_t, 2, 6, 0>(xs, xd, si, di, out, false);
     case 6: return launch<scalar_t, 4, 4, 1>(xs, xd, si, di, out, false);
     case 7: return launch<scalar_t, 4, 3, 1>(xs, xd, si, di, out, true);
-    default: TORCH_CHECK(false, "variant must be 0..7");
+    case 8: return launch<scalar_t, 2, 4, 0>(xs, xd, si, di, out, false);
+    case 9: return launch<scalar_t, 1, 6, 0>(xs, xd, si, di, out, false);
+    case 10: return launch<scalar_t, 2, 4, 1>(xs, xd, si, di, out, false);
+    case 11: return launch<scalar_t, 1, 6, 1>(xs, xd, si, di, out, false);
+    default: TORCH_CHECK(false, "variant must be 0..11");
   }
 }
 

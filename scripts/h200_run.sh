@@ -2,7 +2,8 @@
 # What every GPU figure in README.md and the issue notes comes from. Run on the H200 through the
 # device tool, from the repo root:  bash scripts/h200_run.sh STEP...   (results under $OUT)
 # Steps: tests, triton, sanitizer, smoke, profile, bench, beyond, examples, ddp, resources, ncu,
-# ncu_bwd, variants, ncu_walk, fwd_variants, tests12, fwd_sorted.
+# ncu_bwd, variants, ncu_walk, fwd_variants, tests12, fwd_sorted,
+# fwd_sorted_variants.
 set -uo pipefail
 OUT=${OUT:-/tmp/pyg_edgedot_out}
 mkdir -p "$OUT"
@@ -119,6 +120,13 @@ for step in "$@"; do
         python3 scripts/fwd_sorted_probe.py ncu > "$OUT/ncu_fwd_sorted.txt" 2>&1
       grep -E "^  [a-z_]+.*\(|Duration|DRAM Throughput|L1/TEX Hit|L2 Hit|Achieved Occ|Registers Per|Grid Size|Block Size|Warp Cycles Per Issued|Theoretical Occ" \
         "$OUT/ncu_fwd_sorted.txt" | cut -c1-120 | head -40 ;;
+    fwd_sorted_variants)
+      # Round 2 of fwd_sorted: the variants only (8-11: fewer edges in flight, more blocks),
+      # and their registers and stack.
+      python3 scripts/fwd_sorted_probe.py variants "$OUT/fwd_sorted2.json" 2>&1 \
+        | tee "$OUT/fwd_sorted2.log" | tail -6
+      cuobjdump --dump-resource-usage "$TORCH_EXTENSIONS_DIR"/fwd_sorted_variants/*.so 2>&1 \
+        | grep -E "Function|REG" > "$OUT/fwd_sorted_variants_resources.log" ;;
     tests12)
       # The full suite, 16 workers (12 took 392-410+ s), within the device call's 600 s with a
       # cold build (~90 s): run it alone in a call.
