@@ -3,7 +3,7 @@
 # device tool, from the repo root:  bash scripts/h200_run.sh STEP...   (results under $OUT)
 # Steps: tests, triton, sanitizer, smoke, profile, bench, beyond, examples, ddp, resources, ncu,
 # ncu_bwd, variants, ncu_walk, fwd_variants, tests12, fwd_sorted,
-# fwd_sorted_variants.
+# fwd_sorted_variants, v7.
 set -uo pipefail
 OUT=${OUT:-/tmp/pyg_edgedot_out}
 mkdir -p "$OUT"
@@ -127,6 +127,16 @@ for step in "$@"; do
         | tee "$OUT/fwd_sorted2.log" | tail -6
       cuobjdump --dump-resource-usage "$TORCH_EXTENSIONS_DIR"/fwd_sorted_variants/*.so 2>&1 \
         | grep -E "Function|REG" > "$OUT/fwd_sorted_variants_resources.log" ;;
+    v7)
+      # After the forward's v7 change (2 edges in flight, 4 blocks per SM), within one call's
+      # remaining device time: the CUDA cases of every test file that runs the forward, then
+      # the benchmark at W1-W6 (W7 and the 2^31+1 forward ran on v6).
+      timeout 125 python3 -m pytest -q -rs -n 16 -p no:cacheprovider -k cuda \
+        tests/test_edge_dot.py tests/test_grad.py tests/test_properties.py tests/test_relation.py \
+        tests/test_errors.py tests/test_compile.py tests/test_nn.py tests/test_fallback.py 2>&1 \
+        | tee "$OUT/pytest_cuda_forward.log" | tail -4
+      python3 benchmarks/bench_edge_dot.py --workloads W1,W2,W3,W4,W5,W6 --skip-giant \
+        --out "$OUT/bench.json" --plot "$OUT/bench.png" 2>&1 | tee "$OUT/bench.log" | tail -3 ;;
     tests12)
       # The full suite, 16 workers (12 took 392-410+ s), within the device call's 600 s with a
       # cold build (~90 s): run it alone in a call.
