@@ -128,8 +128,8 @@ for step in "$@"; do
       cuobjdump --dump-resource-usage "$TORCH_EXTENSIONS_DIR"/fwd_sorted_variants/*.so 2>&1 \
         | grep -E "Function|REG" > "$OUT/fwd_sorted_variants_resources.log" ;;
     v7)
-      # After the forward's v7 change (2 edges in flight, 4 blocks per SM), within one call's
-      # remaining device time: the CUDA cases of every test file that runs the forward, then
+      # For the forward's v7 change (2 edges in flight, 4 blocks per SM: commit 04e30d2,
+      # reverted untested; benchmarks/NOTES.md, v7), once it is applied again: the CUDA cases of every test file that runs the forward, then
       # the benchmark at W1-W6 (W7 and the 2^31+1 forward ran on v6).
       timeout 125 python3 -m pytest -q -rs -n 16 -p no:cacheprovider -k cuda \
         tests/test_edge_dot.py tests/test_grad.py tests/test_properties.py tests/test_relation.py \
@@ -138,7 +138,7 @@ for step in "$@"; do
       python3 benchmarks/bench_edge_dot.py --workloads W1,W2,W3,W4,W5,W6 --skip-giant \
         --out "$OUT/bench.json" --plot "$OUT/bench.png" 2>&1 | tee "$OUT/bench.log" | tail -3 ;;
     v7_quick)
-      # v7 in a short call (the session's device time nearly spent): the CUDA cases of the two
+      # v7 (commit 04e30d2, once applied again) in a short call: the CUDA cases of the two
       # core test files, then the forward next to torch.compile.
       timeout 70 python3 -m pytest -q -rs -n 16 -p no:cacheprovider -k cuda \
         tests/test_edge_dot.py tests/test_grad.py 2>&1 | tee "$OUT/pytest_cuda_core.log" | tail -3

@@ -59,7 +59,7 @@ inline int64_t grid_for(int64_t num_warps_needed) {
 // With REL, each product also takes the edge's relation row: sum_k a[k] * r[k] * b[k]
 // (DistMult). The relation table is small, so its rows come from L1/L2.
 template <typename scalar_t, typename index_t, int VEC, int EPG, bool REL>
-__global__ void __launch_bounds__(kThreads, REL ? 1 : 4) edge_dot_fwd_kernel(
+__global__ void __launch_bounds__(kThreads, REL ? 1 : 3) edge_dot_fwd_kernel(
     const scalar_t* __restrict__ x_src, int64_t src_row_stride, int64_t num_src,  // [N_src, D]
     const scalar_t* __restrict__ x_dst, int64_t dst_row_stride, int64_t num_dst,  // [N_dst, D]
     const scalar_t* __restrict__ rel, int64_t rel_row_stride, int64_t num_rel,    // [R, D]
@@ -157,13 +157,9 @@ __global__ void __launch_bounds__(kThreads, REL ? 1 : 4) edge_dot_fwd_kernel(
   }
 }
 
-// Edges whose row loads are in flight together per group, and (above) the blocks per SM the
-// register cap allows. Measured on the H200 (benchmarks/NOTES.md, v7): 2 edges at 4 blocks
-// per SM (56 registers, no spills) tied 4 edges at 3 blocks in random order and was 3-12%
-// faster in source-sorted order, where half the row loads hit L1 and more warps keep more
-// DRAM reads in flight; 8 edges was slower than 4. DistMult keeps 4 (one block per SM).
-constexpr int kForwardEdgesInFlight = 2;
-constexpr int kForwardEdgesInFlightRel = 4;
+// Edges whose row loads are in flight together per group. Measured on the H200 at W3/W4
+// (benchmarks/NOTES.md): 8 was no faster in fp32 and 1.8x slower in bf16 than 4.
+constexpr int kForwardEdgesInFlight = 4;
 
 // rel / rel_index undefined: the plain dot product.
 template <typename scalar_t, typename index_t, int VEC, bool REL>
@@ -175,8 +171,7 @@ void launch_forward(const at::Tensor& x_src, const at::Tensor& x_dst, const at::
   const int group = group_size_for(feat_dim, VEC);
   const int64_t grid = grid_for((num_edges + kWarp - 1) / kWarp);
   const auto stream = c10::cuda::getCurrentCUDAStream();
-  edge_dot_fwd_kernel<scalar_t, index_t, VEC,
-                      REL ? kForwardEdgesInFlightRel : kForwardEdgesInFlight, REL>
+  edge_dot_fwd_kernel<scalar_t, index_t, VEC, kForwardEdgesInFlight, REL>
       <<<grid, kThreads, 0, stream>>>(
           x_src.const_data_ptr<scalar_t>(), x_src.stride(0), x_src.size(0),
           x_dst.const_data_ptr<scalar_t>(), x_dst.stride(0), x_dst.size(0),
