@@ -31,23 +31,15 @@ from torch.utils.cpp_extension import load
 import pyg_edgedot
 
 sys.path.insert(0, os.path.dirname(__file__))
+from fwd_variants import WORKLOADS as ALL_WORKLOADS, eager  # noqa: E402
 from grad_variants import make_inputs, time_ms  # noqa: E402
 
-WORKLOADS = {  # num_nodes, num_edges, feat_dim, dtype
-    "W2": (100_000, 2_000_000, 128, torch.float32),
-    "W3": (2_930_000, 30_000_000, 128, torch.float32),
-    "W4": (2_930_000, 30_000_000, 128, torch.bfloat16),
-    "W6": (1_000_000, 30_000_000, 32, torch.float32),
-}
+WORKLOADS = {k: ALL_WORKLOADS[k] for k in ("W2", "W3", "W4", "W6")}
 VARIANTS = {0: "v6 copy", 1: "dst L1 no_allocate, src L1 evict_last", 2: "dst ld.global.cs",
             3: "full grid", 4: "min 4 blocks/SM", 5: "2 edges in flight, min 6 blocks/SM",
             6: "hint 1 + min 4 blocks/SM", 7: "hint 1 + full grid",
             8: "2 edges in flight, min 4 blocks/SM", 9: "1 edge in flight, min 6 blocks/SM",
             10: "hint 1 + 2 edges, min 4 blocks/SM", 11: "hint 1 + 1 edge, min 6 blocks/SM"}
-
-
-def eager(xs, xd, ei):
-    return (xs[ei[0]] * xd[ei[1]]).sum(-1)
 
 
 def build():
