@@ -7,6 +7,11 @@ PyG's expression. Medians of time.perf_counter over 7 calls after one warm-up. B
 "before" into another cache (TORCH_EXTENSIONS_DIR) to compare.
 
 Usage: PYG_EDGEDOT_CUDA=0 python scripts/cpu_vec_timing.py OUT.json
+
+Ran 2026-12-03 on the 2-core CI-class machine: the clone at commit 897ee7d against 27f9af7
+(a git worktree on PYTHONPATH, its own build cache), alternating, twice each
+(benchmarks/results/cpu_avx2_clone_20261203/). No gain beyond the machine's noise, so the
+clone was reverted (142ca55).
 """
 import json
 import sys
