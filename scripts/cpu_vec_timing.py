@@ -14,24 +14,21 @@ Ran 2026-12-03 on the 2-core CI-class machine: the clone at commit 897ee7d again
 clone was reverted (142ca55).
 """
 import json
+import os
 import sys
-import time
 
 import torch
 
 import pyg_edgedot
 
+sys.path.insert(0, os.path.dirname(__file__))
+from cpu_prefetch_timing import median_ms as _median_ms  # noqa: E402
+
 SHAPES = {"C1": (10_000, 200_000, 64), "C2": (100_000, 2_000_000, 128)}
 
 
 def median_ms(fn, reps=7):
-    fn()
-    times = []
-    for _ in range(reps):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return round(sorted(times)[reps // 2] * 1e3, 3)
+    return round(_median_ms(fn, reps), 3)
 
 
 def eager(a, b, i):
