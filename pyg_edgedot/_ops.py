@@ -118,7 +118,7 @@ def _build(with_cuda: bool, verbose: bool = False) -> str:
         eta = "1-3 minutes" if with_cuda else "about 30 seconds"
         print(f"pyg_edgedot: compiling the {what} kernels into {build_dir} "
               f"(once per machine; takes {eta})...", file=sys.stderr, flush=True)
-    cflags = ["-O3", "-fopenmp"]
+    cflags = ["-O3", "-fopenmp", "-ffp-contract=off"]  # csrc/cpu/edge_dot_cpu.cpp: same bits
     kwargs = dict(name=name, sources=sources, extra_cflags=cflags,
                   extra_ldflags=["-fopenmp"], extra_include_paths=[str(CSRC)],
                   is_python_module=False, verbose=verbose)

@@ -11,7 +11,8 @@ Usage: PYG_EDGEDOT_CUDA=0 python scripts/cpu_vec_timing.py OUT.json
 Ran 2026-12-03 on the 2-core CI-class machine: the clone at commit 897ee7d against 27f9af7
 (a git worktree on PYTHONPATH, its own build cache), alternating, twice each
 (benchmarks/results/cpu_avx2_clone_20261203/). No gain beyond the machine's noise, so the
-clone was reverted (142ca55).
+clone was reverted (142ca55); scripts/cpu_forward_min_timing.py then measured it steadily
+(one thread, minimum of many calls) and it came back.
 """
 import json
 import os

@@ -1,4 +1,8 @@
 """Forward values of ``edge_dot`` and of the registered ops, against a float64 reference."""
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 from torch_geometric import EdgeIndex
@@ -230,3 +234,42 @@ def test_backends():
     assert set(backends) == {"cpu", "cuda"}
     assert backends["cpu"] in ("cpp", "python")
     assert backends["cuda"] in ("cuda", "python")
+
+
+_ISA_SCRIPT = """
+import sys
+import torch
+import pyg_edgedot
+g = torch.Generator().manual_seed(0)
+outs = []
+for dtype in (torch.float32, torch.float64, torch.bfloat16, torch.float16):
+    for d in (1, 7, 8, 64, 129):
+        xs = torch.randn(50, d, generator=g).to(dtype)
+        xd = torch.randn(40, d, generator=g).to(dtype)
+        ei = torch.stack([torch.randint(0, 50, (300,), generator=g),
+                          torch.randint(0, 40, (300,), generator=g)])
+        rel = torch.randn(3, d, generator=g).to(dtype)
+        edge_type = torch.randint(0, 3, (300,), generator=g)
+        outs.append(pyg_edgedot.edge_dot(xs, xd, ei))
+        outs.append(pyg_edgedot.edge_dot(xs, xd, ei.int()))
+        outs.append(pyg_edgedot.edge_dot(xs, xd, ei, rel=rel, edge_type=edge_type))
+torch.save(outs, sys.argv[1])
+"""
+
+
+@pytest.mark.skipif(pyg_edgedot.backends()["cpu"] != "cpp", reason="needs the C++ CPU kernel")
+def test_cpu_avx2_loop_gives_the_baseline_bits(tmp_path):
+    """The CPU forward's loop is compiled for the baseline ISA and again for AVX2, chosen at
+    run time; PYG_EDGEDOT_CPU_AVX2=0 forces the baseline. Both must give the same bits (on a
+    CPU without AVX2 both runs take the baseline, and the test checks nothing more)."""
+    results = []
+    for avx2 in ("1", "0"):
+        path = tmp_path / f"avx2_{avx2}.pt"
+        env = dict(os.environ, PYG_EDGEDOT_CPU_AVX2=avx2)
+        proc = subprocess.run([sys.executable, "-c", _ISA_SCRIPT, str(path)], env=env,
+                              capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        results.append(torch.load(path))
+    assert len(results[0]) == len(results[1]) == 60
+    for a, b in zip(*results):
+        assert torch.equal(a, b)

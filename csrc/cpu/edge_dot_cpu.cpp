@@ -6,7 +6,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <limits>
+#include <string>
 
 #include "common.h"
 #include "prefetch.h"
@@ -14,9 +16,21 @@
 namespace pyg_edgedot {
 namespace {
 
+// The forward's loop is compiled twice: for the baseline ISA the extension is built for, and
+// (GCC/Clang on x86-64) with AVX2 for CPUs that have it, chosen at run time, so one build
+// runs anywhere and uses 256-bit vectors where it can. Both are built with
+// -ffp-contract=off (no FMA contraction), so they give the same bits.
+#if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__)
+#define PYG_EDGEDOT_AVX2_CLONE 1
+#define PYG_EDGEDOT_INLINE inline __attribute__((always_inline))
+#else
+#define PYG_EDGEDOT_AVX2_CLONE 0
+#define PYG_EDGEDOT_INLINE inline
+#endif
+
 // Dot product of two rows with eight partial sums, so the compiler can vectorize it.
 template <typename scalar_t, typename acc_t>
-inline acc_t row_dot(const scalar_t* a, const scalar_t* b, int64_t n) {
+PYG_EDGEDOT_INLINE acc_t row_dot(const scalar_t* a, const scalar_t* b, int64_t n) {
   acc_t part[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   int64_t k = 0;
   for (; k + 8 <= n; k += 8) {
@@ -30,7 +44,8 @@ inline acc_t row_dot(const scalar_t* a, const scalar_t* b, int64_t n) {
 
 // The same with a third row: sum_k a[k] * r[k] * b[k] (relation-weighted, DistMult).
 template <typename scalar_t, typename acc_t>
-inline acc_t row_dot3(const scalar_t* a, const scalar_t* r, const scalar_t* b, int64_t n) {
+PYG_EDGEDOT_INLINE acc_t row_dot3(const scalar_t* a, const scalar_t* r, const scalar_t* b,
+                                  int64_t n) {
   acc_t part[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   int64_t k = 0;
   for (; k + 8 <= n; k += 8) {
@@ -45,60 +60,120 @@ inline acc_t row_dot3(const scalar_t* a, const scalar_t* r, const scalar_t* b, i
   return ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
 }
 
-// One task per range of edges; each edge reads its two rows once and writes one score.
-// rel / rel_index undefined: the plain dot product.
+// What the forward reads and writes. rel_rows null: the plain dot product.
+template <typename scalar_t, typename index_t>
+struct ForwardArgs {
+  const scalar_t* src_rows;  // [N_src, D], row stride src_row_stride
+  const scalar_t* dst_rows;  // [N_dst, D]
+  const scalar_t* rel_rows;  // [R, D] or null
+  const index_t* src_ptr;    // [E], strided
+  const index_t* dst_ptr;    // [E], strided
+  const index_t* rel_ptr;    // [E], strided, or null
+  scalar_t* out_ptr;         // [E]
+  int64_t src_row_stride, dst_row_stride, rel_row_stride;
+  int64_t src_stride, dst_stride, rel_stride;
+  int64_t num_src, num_dst, num_rel, feat_dim, row_bytes, ahead;
+  std::atomic<int64_t>* first_bad;
+};
+
+// Edges [begin, end): each edge reads its two rows once and writes one score; an edge with
+// an index out of range gets NaN and lowers first_bad.
+template <typename scalar_t, typename index_t>
+PYG_EDGEDOT_INLINE void forward_range(const ForwardArgs<scalar_t, index_t>& p, int64_t begin,
+                                      int64_t end) {
+  using acc_t = at::opmath_type<scalar_t>;
+  const scalar_t nan = static_cast<scalar_t>(std::numeric_limits<acc_t>::quiet_NaN());
+  const bool has_rel = p.rel_rows != nullptr;
+  for (int64_t e = begin; e < end; ++e) {
+    if (e + p.ahead < end) {
+      const int64_t ps = static_cast<int64_t>(p.src_ptr[(e + p.ahead) * p.src_stride]);
+      const int64_t pd = static_cast<int64_t>(p.dst_ptr[(e + p.ahead) * p.dst_stride]);
+      if (ps >= 0 && ps < p.num_src) {
+        prefetch_lines(p.src_rows + ps * p.src_row_stride, p.row_bytes);
+      }
+      if (pd >= 0 && pd < p.num_dst) {
+        prefetch_lines(p.dst_rows + pd * p.dst_row_stride, p.row_bytes);
+      }
+    }
+    const int64_t s = static_cast<int64_t>(p.src_ptr[e * p.src_stride]);
+    const int64_t d = static_cast<int64_t>(p.dst_ptr[e * p.dst_stride]);
+    const int64_t t = has_rel ? static_cast<int64_t>(p.rel_ptr[e * p.rel_stride]) : 0;
+    if (s < 0 || s >= p.num_src || d < 0 || d >= p.num_dst || t < 0 || t >= p.num_rel) {
+      p.out_ptr[e] = nan;
+      int64_t seen = p.first_bad->load();
+      while (e < seen && !p.first_bad->compare_exchange_weak(seen, e)) {
+      }
+      continue;
+    }
+    const scalar_t* a = p.src_rows + s * p.src_row_stride;
+    const scalar_t* b = p.dst_rows + d * p.dst_row_stride;
+    p.out_ptr[e] = static_cast<scalar_t>(
+        has_rel ? row_dot3<scalar_t, acc_t>(a, p.rel_rows + t * p.rel_row_stride, b, p.feat_dim)
+                : row_dot<scalar_t, acc_t>(a, b, p.feat_dim));
+  }
+}
+
+template <typename scalar_t, typename index_t>
+void forward_range_baseline(const ForwardArgs<scalar_t, index_t>& p, int64_t begin,
+                            int64_t end) {
+  forward_range(p, begin, end);
+}
+
+#if PYG_EDGEDOT_AVX2_CLONE
+template <typename scalar_t, typename index_t>
+__attribute__((target("avx2,fma,f16c"))) void forward_range_avx2(
+    const ForwardArgs<scalar_t, index_t>& p, int64_t begin, int64_t end) {
+  forward_range(p, begin, end);
+}
+
+// PYG_EDGEDOT_CPU_AVX2=0 keeps the baseline loop (tests/test_edge_dot.py compares the two).
+bool use_avx2() {
+  static const bool use = [] {
+    const char* env = std::getenv("PYG_EDGEDOT_CPU_AVX2");
+    if (env != nullptr && std::string(env) == "0") return false;
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+           __builtin_cpu_supports("f16c");
+  }();
+  return use;
+}
+#endif
+
+// One task per range of edges (at::parallel_for).
 template <typename scalar_t, typename index_t>
 void edge_dot_cpu_impl(const at::Tensor& x_src, const at::Tensor& x_dst,
                        const at::Tensor& src_index, const at::Tensor& dst_index,
                        const at::Tensor& rel, const at::Tensor& rel_index,
                        at::Tensor& out, std::atomic<int64_t>& first_bad) {
-  using acc_t = at::opmath_type<scalar_t>;
-  const scalar_t* src_rows = x_src.const_data_ptr<scalar_t>();  // [N_src, D], row stride
-  const scalar_t* dst_rows = x_dst.const_data_ptr<scalar_t>();  // [N_dst, D], row stride
-  const index_t* src_ptr = src_index.const_data_ptr<index_t>();  // [E], strided
-  const index_t* dst_ptr = dst_index.const_data_ptr<index_t>();  // [E], strided
-  const bool has_rel = rel.defined();
-  const scalar_t* rel_rows = has_rel ? rel.const_data_ptr<scalar_t>() : nullptr;  // [R, D]
-  const index_t* rel_ptr = has_rel ? rel_index.const_data_ptr<index_t>() : nullptr;  // [E]
-  const int64_t rel_row_stride = has_rel ? rel.stride(0) : 0;
-  const int64_t rel_stride = has_rel ? rel_index.stride(0) : 0;
-  const int64_t num_rel = has_rel ? rel.size(0) : 1;
-  scalar_t* out_ptr = out.mutable_data_ptr<scalar_t>();          // [E]
-  const int64_t src_row_stride = x_src.stride(0), dst_row_stride = x_dst.stride(0);
-  const int64_t src_stride = src_index.stride(0), dst_stride = dst_index.stride(0);
-  const int64_t num_src = x_src.size(0), num_dst = x_dst.size(0);
-  const int64_t feat_dim = x_src.size(1);
-  const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(1, feat_dim));
-  const scalar_t nan = static_cast<scalar_t>(std::numeric_limits<acc_t>::quiet_NaN());
-
   if (out.numel() == 0) return;
-  const int64_t row_bytes = feat_dim * static_cast<int64_t>(sizeof(scalar_t));
-  const int64_t ahead = prefetch_distance(2 * row_bytes);
-  at::parallel_for(0, out.size(0), grain, [&](int64_t begin, int64_t end) {
-    for (int64_t e = begin; e < end; ++e) {
-      if (e + ahead < end) {
-        const int64_t ps = static_cast<int64_t>(src_ptr[(e + ahead) * src_stride]);
-        const int64_t pd = static_cast<int64_t>(dst_ptr[(e + ahead) * dst_stride]);
-        if (ps >= 0 && ps < num_src) prefetch_lines(src_rows + ps * src_row_stride, row_bytes);
-        if (pd >= 0 && pd < num_dst) prefetch_lines(dst_rows + pd * dst_row_stride, row_bytes);
-      }
-      const int64_t s = static_cast<int64_t>(src_ptr[e * src_stride]);
-      const int64_t d = static_cast<int64_t>(dst_ptr[e * dst_stride]);
-      const int64_t t = has_rel ? static_cast<int64_t>(rel_ptr[e * rel_stride]) : 0;
-      if (s < 0 || s >= num_src || d < 0 || d >= num_dst || t < 0 || t >= num_rel) {
-        out_ptr[e] = nan;
-        int64_t seen = first_bad.load();
-        while (e < seen && !first_bad.compare_exchange_weak(seen, e)) {
-        }
-        continue;
-      }
-      const scalar_t* a = src_rows + s * src_row_stride;
-      const scalar_t* b = dst_rows + d * dst_row_stride;
-      out_ptr[e] = static_cast<scalar_t>(
-          has_rel ? row_dot3<scalar_t, acc_t>(a, rel_rows + t * rel_row_stride, b, feat_dim)
-                  : row_dot<scalar_t, acc_t>(a, b, feat_dim));
-    }
-  });
+  const bool has_rel = rel.defined();
+  ForwardArgs<scalar_t, index_t> p;
+  p.src_rows = x_src.const_data_ptr<scalar_t>();
+  p.dst_rows = x_dst.const_data_ptr<scalar_t>();
+  p.rel_rows = has_rel ? rel.const_data_ptr<scalar_t>() : nullptr;
+  p.src_ptr = src_index.const_data_ptr<index_t>();
+  p.dst_ptr = dst_index.const_data_ptr<index_t>();
+  p.rel_ptr = has_rel ? rel_index.const_data_ptr<index_t>() : nullptr;
+  p.out_ptr = out.mutable_data_ptr<scalar_t>();
+  p.src_row_stride = x_src.stride(0);
+  p.dst_row_stride = x_dst.stride(0);
+  p.rel_row_stride = has_rel ? rel.stride(0) : 0;
+  p.src_stride = src_index.stride(0);
+  p.dst_stride = dst_index.stride(0);
+  p.rel_stride = has_rel ? rel_index.stride(0) : 0;
+  p.num_src = x_src.size(0);
+  p.num_dst = x_dst.size(0);
+  p.num_rel = has_rel ? rel.size(0) : 1;
+  p.feat_dim = x_src.size(1);
+  p.row_bytes = p.feat_dim * static_cast<int64_t>(sizeof(scalar_t));
+  p.ahead = prefetch_distance(2 * p.row_bytes);
+  p.first_bad = &first_bad;
+  const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(1, p.feat_dim));
+  auto range = &forward_range_baseline<scalar_t, index_t>;
+#if PYG_EDGEDOT_AVX2_CLONE
+  if (use_avx2()) range = &forward_range_avx2<scalar_t, index_t>;
+#endif
+  at::parallel_for(0, out.size(0), grain,
+                   [&](int64_t begin, int64_t end) { range(p, begin, end); });
 }
 
 std::tuple<at::Tensor, at::Tensor> edge_dot_cpu_any(const at::Tensor& x_src_in,
