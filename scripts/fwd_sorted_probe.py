@@ -13,8 +13,6 @@ Three modes, all on the GPU:
                      validate=False, validate=True, validate=False plus a synchronize, and the
                      raw op plus the flag's .item(); then the flushed event timing of the
                      benchmark for both validate settings.
-  package OUT.json   the package's forward (validate on and off) and torch.compile's, random
-                     and sorted, W4, W3, W6, W2 (after v7, in a short device call).
   ncu                one call each of ours and torch.compile's kernel at W3 sorted inside
                      cudaProfilerStart/Stop, for `ncu --profile-from-start off`.
 
@@ -76,30 +74,6 @@ def variants(path):
         torch.cuda.empty_cache()
     with open(path, "w") as f:
         json.dump(results, f, indent=1)
-
-
-def package(path):
-    """The package's forward (after v7) next to torch.compile, random and sorted order, in the
-    order W4, W3, W6, W2; the JSON is rewritten after each workload (a short device call)."""
-    compiled = torch.compile(eager, dynamic=False)
-    results = {}
-    for name in ("W4", "W3", "W6", "W2"):
-        n, e, d, dtype = WORKLOADS[name]
-        gen = torch.Generator(device="cuda").manual_seed(0)
-        xs, xd, ei, ei_sorted = make_inputs(n, e, d, dtype, gen)
-        row = {}
-        with torch.no_grad():
-            for order, idx in (("random", ei), ("sorted", ei_sorted)):
-                row[f"{order}_ours_novalidate"] = time_ms(
-                    lambda: pyg_edgedot.edge_dot(xs, xd, idx, validate=False), reps=20)
-                row[f"{order}_ours"] = time_ms(lambda: pyg_edgedot.edge_dot(xs, xd, idx), reps=20)
-                row[f"{order}_compile"] = time_ms(lambda: compiled(xs, xd, idx), reps=20)
-        results[name] = row
-        print(name, json.dumps(row), flush=True)
-        with open(path, "w") as f:
-            json.dump(results, f, indent=1)
-        del xs, xd, ei, ei_sorted
-        torch.cuda.empty_cache()
 
 
 def host_ms(fn, calls=50):
@@ -178,8 +152,6 @@ if __name__ == "__main__":
     mode = sys.argv[1]
     if mode == "variants":
         variants(sys.argv[2])
-    elif mode == "package":
-        package(sys.argv[2])
     elif mode == "validate":
         validate(sys.argv[2])
     elif mode == "ncu":
