@@ -8,12 +8,16 @@ A/B: put one checkout on PYTHONPATH with its own TORCH_EXTENSIONS_DIR, then the 
 
 Usage: PYG_EDGEDOT_CUDA=0 python scripts/cpu_forward_min_timing.py [THREADS]
 """
+import os
 import sys
 import time
 
 import torch
 
 import pyg_edgedot
+
+sys.path.insert(0, os.path.dirname(__file__))
+from cpu_vec_timing import SHAPES  # noqa: E402
 
 
 def min_ms(fn, reps):
@@ -29,7 +33,7 @@ def min_ms(fn, reps):
 def main(threads):
     torch.set_num_threads(threads)
     torch.manual_seed(0)
-    for n, e, d in ((10_000, 200_000, 64), (100_000, 2_000_000, 128)):
+    for n, e, d in SHAPES.values():
         for dtype in (torch.float32, torch.bfloat16):
             xs, xd = torch.randn(n, d).to(dtype), torch.randn(n, d).to(dtype)
             ei = torch.randint(0, n, (2, e))

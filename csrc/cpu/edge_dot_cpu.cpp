@@ -22,10 +22,8 @@ namespace {
 // -ffp-contract=off (no FMA contraction), so they give the same bits.
 #if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__)
 #define PYG_EDGEDOT_AVX2_CLONE 1
-#define PYG_EDGEDOT_INLINE inline __attribute__((always_inline))
 #else
 #define PYG_EDGEDOT_AVX2_CLONE 0
-#define PYG_EDGEDOT_INLINE inline
 #endif
 
 // Dot product of two rows with eight partial sums, so the compiler can vectorize it.

@@ -1,4 +1,4 @@
-// Software prefetch for the CPU kernels' random row gathers.
+// Software prefetch for the CPU kernels' random row gathers, and their always-inline macro.
 #pragma once
 
 #include <algorithm>
@@ -14,15 +14,18 @@ inline int64_t prefetch_distance(int64_t bytes_per_edge) {
   return std::clamp<int64_t>(8192 / std::max<int64_t>(1, bytes_per_edge), 2, 16);
 }
 
+// Inlined even where the compiler would not choose to (the CPU kernels' hot loops and what
+// they call, so that edge_dot_cpu.cpp's AVX2 clone gets its own copy of each).
+#if defined(__GNUC__) || defined(__clang__)
+#define PYG_EDGEDOT_INLINE inline __attribute__((always_inline))
+#else
+#define PYG_EDGEDOT_INLINE inline
+#endif
+
 // Always inlined: GCC 12 judges an out-of-line function that only prefetches to have no
 // effect and deletes calls to it when its caller is itself force-inlined (the forward's loop
 // lost every prefetch that way in an AVX2-clone build: benchmarks/NOTES.md).
-#if defined(__GNUC__) || defined(__clang__)
-inline __attribute__((always_inline))
-#else
-inline
-#endif
-void prefetch_lines(const void* ptr, int64_t bytes, bool write = false) {
+PYG_EDGEDOT_INLINE void prefetch_lines(const void* ptr, int64_t bytes, bool write = false) {
 #if defined(__GNUC__) || defined(__clang__)
   const char* p = static_cast<const char*>(ptr);
   for (int64_t off = 0; off < bytes; off += 64) {
