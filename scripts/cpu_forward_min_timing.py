@@ -6,7 +6,10 @@ this takes the minimum of 41 calls (9 at E = 2M) on one thread instead. Shapes C
 E = 200K, D = 64) and C2 (100K nodes, E = 2M, D = 128), fp32 and bf16, random and sorted.
 A/B: put one checkout on PYTHONPATH with its own TORCH_EXTENSIONS_DIR, then the other.
 
-Usage: PYG_EDGEDOT_CUDA=0 python scripts/cpu_forward_min_timing.py [THREADS]
+With "candidates": score_candidates and rank_candidates instead (200K nodes, D = 128 fp32,
+2,000 sources x 1,000 random candidates, minimum of 9 calls).
+
+Usage: PYG_EDGEDOT_CUDA=0 python scripts/cpu_forward_min_timing.py [THREADS] [candidates]
 """
 import os
 import sys
@@ -46,5 +49,21 @@ def main(threads):
                   flush=True)
 
 
+def candidates(threads):
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    n, rows, k, d = 200_000, 2000, 1000, 128
+    xs, xd = torch.randn(n, d), torch.randn(n, d)
+    src, pos = torch.randint(0, n, (rows,)), torch.randint(0, n, (rows,))
+    neg = torch.randint(0, n, (rows, k))
+    print("score_candidates", min_ms(lambda: pyg_edgedot.score_candidates(xs, xd, src, neg), 9),
+          "rank_candidates",
+          min_ms(lambda: pyg_edgedot.rank_candidates(xs, xd, src, pos, neg), 9), flush=True)
+
+
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 1)
+    threads = int(sys.argv[1]) if len(sys.argv) > 1 else 1
+    if sys.argv[2:] == ["candidates"]:
+        candidates(threads)
+    else:
+        main(threads)

@@ -31,7 +31,8 @@ struct CandidateRows {
         distance(prefetch_distance(row_bytes)) {}
 
   template <typename index_t>
-  void prefetch(const index_t* cands, int64_t stride, int64_t k, int64_t count) const {
+  PYG_EDGEDOT_INLINE void prefetch(const index_t* cands, int64_t stride, int64_t k,
+                                   int64_t count) const {
     const int64_t ahead = k + distance;
     if (ahead >= count) return;
     const int64_t c = static_cast<int64_t>(cands[ahead * stride]);
