@@ -1,13 +1,14 @@
 """pyg_edgedot: fused edge dot-product scoring for PyTorch Geometric link prediction."""
-from . import _ops
+from . import _backend
 
-_ops.load()
+_backend.load()
 
-from .functional import edge_dot  # noqa: E402
+from .metrics import hits_at_k, mrr  # noqa: E402
 from .nn import EdgeDotScore  # noqa: E402
-from .ranking import hits_at_k, mrr, rank_candidates, score_candidates  # noqa: E402
+from .ops.candidates import rank_candidates, score_candidates  # noqa: E402
+from .ops.edge_dot import edge_dot  # noqa: E402
 
-backends = _ops.backends
+backends = _backend.backends
 
 __version__ = "0.1.0"
 __all__ = ["edge_dot", "EdgeDotScore", "score_candidates", "rank_candidates", "mrr",

@@ -5,7 +5,7 @@ import torch
 from torch import Tensor
 from torch.nn import Parameter
 
-from .functional import edge_dot
+from .ops.edge_dot import edge_dot
 
 PairTensor = Tuple[Tensor, Tensor]
 EdgeType = Tuple[str, str, str]

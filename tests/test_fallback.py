@@ -1,4 +1,4 @@
-"""The pure-PyTorch fallback: ``_reference`` directly (chunked), and the forced-fallback
+"""The pure-PyTorch fallback: the registered fallback kernels directly (chunked), and the forced-fallback
 import path (``PYG_EDGEDOT_FORCE_FALLBACK=1``) in a fresh interpreter."""
 import json
 import math
@@ -11,25 +11,28 @@ import textwrap
 import pytest
 import torch
 
-from pyg_edgedot import _reference
+from pyg_edgedot import _checks
+from pyg_edgedot.ops import _chunked, edge_dot as edge_dot_ops
 from _helpers import (DEVICES, FLOAT_DTYPES, HAS_CUDA, INDEX_DTYPES, assert_close, dtype_id,
                       op_edge_dot, randn, random_edge_index, ref_edge_dot, ref_grads)
 
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
+FALLBACK = edge_dot_ops.fallback_impls()
+fallback_edge_dot, fallback_edge_dot_grad = FALLBACK["edge_dot"], FALLBACK["edge_dot_grad"]
 
 
 @pytest.fixture
 def tiny_chunks(monkeypatch):
     """Makes the fallback work in chunks of a few edges and counts the chunks it runs."""
-    monkeypatch.setattr(_reference, "DEFAULT_CHUNK_ELEMS", 20)
+    monkeypatch.setattr(_chunked, "DEFAULT_CHUNK_ELEMS", 20)
     counter = {"calls": 0}
-    original = _reference._valid_and_clamped
+    original = _chunked.valid_and_clamped
 
     def counting(index, num_rows):
         counter["calls"] += 1
         return original(index, num_rows)
 
-    monkeypatch.setattr(_reference, "_valid_and_clamped", counting)
+    monkeypatch.setattr(_chunked, "valid_and_clamped", counting)
     return counter
 
 
@@ -45,7 +48,7 @@ def test_reference_edge_dot_chunked(feat_dim, dtype, index_dtype, device, gen, t
     x_src = randn(gen, 15, feat_dim, dtype=dtype, device=device)
     x_dst = randn(gen, 11, feat_dim, dtype=dtype, device=device)
     ei = random_edge_index(gen, 15, 11, 41, index_dtype, device).t().contiguous().t()
-    out, first_bad = _reference.edge_dot(x_src, x_dst, ei[0], ei[1])
+    out, first_bad = fallback_edge_dot(x_src, x_dst, ei[0], ei[1])
     assert tiny_chunks["calls"] == 2 * _num_chunks(41, feat_dim), "the chunk size was not used"
     assert out.dtype == dtype and out.device.type == device
     assert first_bad.tolist() == [-1] and first_bad.dtype == torch.int64
@@ -60,13 +63,11 @@ def test_reference_edge_dot_grad_chunked(feat_dim, dtype, index_dtype, device, g
     x_gather = randn(gen, 11, feat_dim, dtype=dtype, device=device)
     grad_out = randn(gen, 41, dtype=dtype, device=device)
     ei = random_edge_index(gen, 15, 11, 41, index_dtype, device)
-    for deterministic in (False, True):
-        tiny_chunks["calls"] = 0
-        out = _reference.edge_dot_grad(grad_out, x_gather, ei[0], ei[1], 18, deterministic)
-        assert tiny_chunks["calls"] == 2 * _num_chunks(41, feat_dim)
-        assert out.dtype == dtype and out.shape == (18, feat_dim)
-        ref, _ = ref_grads(torch.zeros(18, feat_dim), x_gather, ei, grad_out)
-        assert_close(out, ref, dtype)
+    out = fallback_edge_dot_grad(grad_out, x_gather, ei[0], ei[1], 18)
+    assert tiny_chunks["calls"] == 2 * _num_chunks(41, feat_dim)
+    assert out.dtype == dtype and out.shape == (18, feat_dim)
+    ref, _ = ref_grads(torch.zeros(18, feat_dim), x_gather, ei, grad_out)
+    assert_close(out, ref, dtype)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -76,20 +77,22 @@ def test_reference_out_of_range_across_chunks(device, gen, tiny_chunks):
     ei = random_edge_index(gen, 15, 11, 60, torch.int64, device)
     ei[1, 41] = 11  # in the 9th chunk of 5 edges
     ei[0, 58] = -3
-    out, first_bad = _reference.edge_dot(x_src, x_dst, ei[0], ei[1])
+    out, first_bad = fallback_edge_dot(x_src, x_dst, ei[0], ei[1])
     assert first_bad.tolist() == [41]
     good = torch.ones(60, dtype=torch.bool)
     good[[41, 58]] = False
     assert torch.isnan(out.cpu()[~good]).all()
     assert_close(out.cpu()[good], ref_edge_dot(x_src, x_dst, ei.cpu()[:, good]), torch.float32)
     grad_out = randn(gen, 60, device=device)
-    grad = _reference.edge_dot_grad(grad_out, x_dst, ei[0], ei[1], 15, False)
+    grad = fallback_edge_dot_grad(grad_out, x_dst, ei[0], ei[1], 15)
     ref, _ = ref_grads(x_src, x_dst, ei.cpu()[:, good], grad_out.cpu()[good])
     assert_close(grad, ref, torch.float32)
-    message = _reference.out_of_range_message("edge_dot", 41, ei[0], ei[1], 15, 11)
+    message = _checks.out_of_range_message(
+        "edge_dot", 41, [_checks.Bound("edge_index[0]", ei[0], "x_src", 15),
+                         _checks.Bound("edge_index[1]", ei[1], "x_dst", 11)], "edge")
     assert re.match(r"^edge_dot: edge_index\[1\].*\b41\b.*\b11\b", message), message
     # A side with no rows: every edge is out of range.
-    out, first_bad = _reference.edge_dot(x_src, x_dst[:0], ei[0], ei[1])
+    out, first_bad = fallback_edge_dot(x_src, x_dst[:0], ei[0], ei[1])
     assert first_bad.tolist() == [0] and torch.isnan(out.cpu()).all()
 
 
@@ -101,7 +104,7 @@ def test_reference_agrees_with_registered_op(dtype, device, gen):
     x_dst = randn(gen, 16, 33, dtype=dtype, device=device)
     ei = random_edge_index(gen, 20, 16, 250, torch.int32, device)
     ref = ref_edge_dot(x_src, x_dst, ei)
-    out, first_bad = _reference.edge_dot(x_src, x_dst, ei[0], ei[1])
+    out, first_bad = fallback_edge_dot(x_src, x_dst, ei[0], ei[1])
     assert first_bad.tolist() == [-1]
     assert_close(out, ref, dtype)
     assert_close(op_edge_dot(x_src, x_dst, ei[0], ei[1])[0], ref, dtype)
@@ -153,7 +156,7 @@ _SCRIPT = textwrap.dedent(r"""
     print(json.dumps({
         "backends": pyg_edgedot.backends(),
         "warnings": [[w.category.__name__, str(w.message)] for w in caught],
-        "library_path": pyg_edgedot._ops.STATE.get("library_path"),
+        "library_path": pyg_edgedot._backend.loaded().build.library_path,
         "checked": checked,
     }))
 """)

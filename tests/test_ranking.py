@@ -1,4 +1,4 @@
-"""Candidate scoring and ranking (``pyg_edgedot.ranking``): values against a float64
+"""Candidate scoring and ranking (``pyg_edgedot.ops.candidates``): values against a float64
 reference, ranks against OGB's formula (with real ties), metrics, gradients, opcheck,
 torch.compile, bad inputs and the pure-PyTorch fallback."""
 import re
@@ -11,8 +11,11 @@ from torch._dynamo.backends.common import aot_autograd
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import pyg_edgedot
-from pyg_edgedot import _candidates, _reference, edge_dot
-from pyg_edgedot.ranking import hits_at_k, mrr, rank_candidates, score_candidates
+from pyg_edgedot import edge_dot, hits_at_k, mrr, rank_candidates, score_candidates
+from pyg_edgedot.ops import _chunked, candidates as candidates_ops
+
+FALLBACK = candidates_ops.fallback_impls()
+fallback_score, fallback_rank = FALLBACK["score_candidates"], FALLBACK["rank_candidates"]
 from _helpers import (DEVICES, FLOAT_DTYPES, HAS_CUDA, INDEX_DTYPES, LOW_PRECISION, TOL,
                       X_LAYOUTS, assert_close, dtype_id, leaf, make_x, randint, randn,
                       ref_base_grad, ref_grads)
@@ -329,13 +332,11 @@ def test_gradcheck_empty(device, gen):
 class _RecordGradOps(TorchDispatchMode):
     def __init__(self):
         super().__init__()
-        self.deterministic_flags = []
+        self.grad_calls = 0
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if func is torch.ops.pyg_edgedot.edge_dot_grad.default:
-            # A default argument (deterministic=False) is not passed on to the dispatcher.
-            self.deterministic_flags.append(
-                args[5] if len(args) > 5 else (kwargs or {}).get("deterministic", False))
+            self.grad_calls += 1
         return func(*args, **(kwargs or {}))
 
 
@@ -345,7 +346,7 @@ def _run_backward(x_src, x_dst, src, cand, grad_out):
     out = score_candidates(a, b, src, cand)
     with recorder:
         out.backward(grad_out)
-    return a.grad, b.grad, recorder.deterministic_flags
+    return a.grad, b.grad, recorder.grad_calls
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -357,8 +358,8 @@ def test_backward_uses_edge_dot_grad(deterministic, device, gen, deterministic_a
     src = rand_index(gen, 3, (500,), torch.int64, device)
     cand = rand_index(gen, 6, (500, 20), torch.int64, device)
     grad_out = randn(gen, 500, 20, device=device)
-    grad_src, grad_dst, flags = _run_backward(x_src, x_dst, src, cand, grad_out)
-    assert flags == [deterministic, deterministic], flags
+    grad_src, grad_dst, grad_calls = _run_backward(x_src, x_dst, src, cand, grad_out)
+    assert grad_calls == 2, grad_calls
     ref_src, ref_dst = ref_score_grads(x_src, x_dst, src, cand, grad_out)
     assert_close(grad_src, ref_src, torch.float32, "grad x_src")
     assert_close(grad_dst, ref_dst, torch.float32, "grad x_dst")
@@ -814,7 +815,7 @@ def test_score_index_out_of_range(case, index_dtype, device, gen):
     else:
         assert torch.isnan(out[position]).item()
     # Through the fallback, the same message.
-    _, first_bad = _candidates.score_candidates(x_src, x_dst, src, cand)
+    _, first_bad = fallback_score(x_src, x_dst, src, cand)
     assert first_bad.item() == (position if name == "src_index" else position[0])
 
 
@@ -831,7 +832,7 @@ def test_rank_index_out_of_range(case, index_dtype, device, gen):
     rank = rank_candidates(x_src, x_dst, src, pos, neg, validate=False)
     row = position[0] if isinstance(position, tuple) else position
     assert torch.isnan(rank[row]).item() and int(torch.isnan(rank).sum()) == 1
-    _, first_bad = _candidates.rank_candidates(x_src, x_dst, src, pos, neg)
+    _, first_bad = fallback_rank(x_src, x_dst, src, pos, neg)
     assert first_bad.item() == row
 
 
@@ -902,15 +903,15 @@ def test_no_rows_on_one_side(device, gen):
 @pytest.fixture
 def tiny_chunks(monkeypatch):
     """Makes the fallback work in chunks of a few rows and counts the chunks."""
-    monkeypatch.setattr(_reference, "DEFAULT_CHUNK_ELEMS", 40)
+    monkeypatch.setattr(_chunked, "DEFAULT_CHUNK_ELEMS", 40)
     counter = {"calls": 0}
-    original = _candidates._chunk_scores
+    original = _chunked.candidate_scores
 
     def counting(*args):
         counter["calls"] += 1
         return original(*args)
 
-    monkeypatch.setattr(_candidates, "_chunk_scores", counting)
+    monkeypatch.setattr(_chunked, "candidate_scores", counting)
     return counter
 
 
@@ -930,7 +931,7 @@ def test_fallback_score_chunked(shape, dtype, index_dtype, device, gen, tiny_chu
     x_dst = randn(gen, 10, feat_dim, dtype=dtype, device=device)
     src = rand_index(gen, 8, (num_rows,), index_dtype, device)
     cand = rand_index(gen, 10, (num_rows, num_cand), index_dtype, device).t().contiguous().t()
-    out, first_bad = _candidates.FALLBACK["score_candidates"](x_src, x_dst, src, cand)
+    out, first_bad = fallback_score(x_src, x_dst, src, cand)
     assert tiny_chunks["calls"] == _num_chunks(num_rows, num_cand * feat_dim)
     assert out.dtype == dtype and out.shape == (num_rows, num_cand)
     assert first_bad.tolist() == [-1] and first_bad.dtype == torch.int64
@@ -951,7 +952,7 @@ def test_fallback_rank_chunked_with_ties(dtype, index_dtype, device, gen, tiny_c
     pos = rand_index(gen, 10, (num_rows,), index_dtype, device)
     neg = rand_index(gen, 10, (num_rows, num_cand), index_dtype, device)
     neg[::2, 1] = pos[::2]
-    rank, first_bad = _candidates.FALLBACK["rank_candidates"](x_src, x_dst, src, pos, neg)
+    rank, first_bad = fallback_rank(x_src, x_dst, src, pos, neg)
     assert tiny_chunks["calls"] == _num_chunks(num_rows, (num_cand + 1) * feat_dim)
     assert first_bad.tolist() == [-1]
     expected = ogb_rank(ref_scores(x_src, x_dst, src, pos.unsqueeze(1))[:, 0],
@@ -971,9 +972,9 @@ def test_fallback_rank_equals_ogb_on_fallback_scores(dtype, device, gen):
     pos = rand_index(gen, 30, (80,), torch.int64, device)
     neg = rand_index(gen, 30, (80, 25), torch.int64, device)
     neg[::3, 2] = pos[::3]
-    rank, _ = _candidates.rank_candidates(x_src, x_dst, src, pos, neg)
-    pos_scores, _ = _candidates.score_candidates(x_src, x_dst, src, pos.unsqueeze(1))
-    neg_scores, _ = _candidates.score_candidates(x_src, x_dst, src, neg)
+    rank, _ = fallback_rank(x_src, x_dst, src, pos, neg)
+    pos_scores, _ = fallback_score(x_src, x_dst, src, pos.unsqueeze(1))
+    neg_scores, _ = fallback_score(x_src, x_dst, src, neg)
     assert_equal_nan(rank, ogb_rank(pos_scores[:, 0], neg_scores))
 
 
@@ -986,24 +987,16 @@ def test_fallback_out_of_range_across_chunks(device, gen, tiny_chunks):
     cand = rand_index(gen, 10, (40, 3), torch.int64, device)
     cand[27, 2] = 10   # in the 10th chunk of 3 rows
     src[33] = -2
-    out, first_bad = _candidates.score_candidates(x_src, x_dst, src, cand)
+    out, first_bad = fallback_score(x_src, x_dst, src, cand)
     assert first_bad.tolist() == [27]
     assert torch.isnan(out[27, 2]) and torch.isnan(out[33]).all()
     assert int(torch.isnan(out).sum()) == 4
-    rank, first_bad = _candidates.rank_candidates(x_src, x_dst, src, pos, cand)
+    rank, first_bad = fallback_rank(x_src, x_dst, src, pos, cand)
     assert first_bad.tolist() == [27]
     assert torch.isnan(rank[[27, 33]]).all() and int(torch.isnan(rank).sum()) == 2
     # A side with no rows: every row is bad.
-    out, first_bad = _candidates.score_candidates(x_src, x_dst[:0], src, cand)
+    out, first_bad = fallback_score(x_src, x_dst[:0], src, cand)
     assert first_bad.tolist() == [0] and torch.isnan(out).all()
-    rank, first_bad = _candidates.rank_candidates(x_src[:0], x_dst, src, pos, cand)
+    rank, first_bad = fallback_rank(x_src[:0], x_dst, src, pos, cand)
     assert first_bad.tolist() == [0] and torch.isnan(rank).all()
 
-
-def test_schemas_match_the_registered_ops():
-    # The Python copies of the schemas (used when nothing was compiled) are the C++ ones.
-    for name, schema in _candidates.SCHEMAS.items():
-        registered = str(getattr(torch.ops.pyg_edgedot, name).default._schema)
-        assert registered == f"pyg_edgedot::{schema}", (registered, schema)
-    assert set(_candidates.FALLBACK) == set(_candidates.SCHEMAS)
-    assert set(pyg_edgedot.backends()) == {"cpu", "cuda"}

@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from pyg_edgedot import EdgeDotScore, edge_dot
-from pyg_edgedot import _reference
+from pyg_edgedot.ops import edge_dot_rel as edge_dot_rel_ops
 from _helpers import (DEVICES, FLOAT_DTYPES, INDEX_DTYPES, SHAPE_IDS, SHAPES, TOL, _f64,
                       assert_close, dtype_id, leaf, randint, randn, random_edge_index,
                       run_backward)
@@ -96,7 +96,7 @@ def test_rel_opcheck(device, gen):
                           (x_src, x_dst, rel, ei[0], ei[1], t))
     grad = randn(gen, 33, device=device)
     torch.library.opcheck(torch.ops.pyg_edgedot.edge_dot_rel_grad.default,
-                          (grad, rel.detach(), x_dst.detach(), ei[0], t, ei[1], 9, False))
+                          (grad, rel.detach(), x_dst.detach(), ei[0], t, ei[1], 9))
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -129,14 +129,15 @@ def test_rel_matches_fallback(device, gen):
     t = randint(gen, 4, 33, torch.int64, device)
     t[5] = 4  # out of range: NaN, reported as the first bad edge
     out, bad = torch.ops.pyg_edgedot.edge_dot_rel(x_src, x_dst, rel, ei[0], ei[1], t)
-    out_ref, bad_ref = _reference.edge_dot_rel(x_src, x_dst, rel, ei[0], ei[1], t)
+    fallback = edge_dot_rel_ops.fallback_impls()
+    out_ref, bad_ref = fallback["edge_dot_rel"](x_src, x_dst, rel, ei[0], ei[1], t)
     assert int(bad) == int(bad_ref) == 5
     assert torch.isnan(out[5]) and torch.isnan(out_ref[5])
     torch.testing.assert_close(out, out_ref, equal_nan=True)
     grad = randn(gen, 33, device=device)
     for args in ((grad, rel, x_dst, ei[0], t, ei[1], 9), (grad, x_src, x_dst, t, ei[0], ei[1], 4)):
-        got = torch.ops.pyg_edgedot.edge_dot_rel_grad(*args, False)
-        want = _reference.edge_dot_rel_grad(*args)
+        got = torch.ops.pyg_edgedot.edge_dot_rel_grad(*args)
+        want = fallback["edge_dot_rel_grad"](*args)
         assert torch.isfinite(got).all()
         torch.testing.assert_close(got, want)
 

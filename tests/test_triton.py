@@ -1,4 +1,4 @@
-"""The Triton kernels (``pyg_edgedot/_triton.py``) against the float64 reference.
+"""The Triton kernels (``pyg_edgedot/ops/edge_dot_triton.py``) against the float64 reference.
 
 Each check below takes the module under test and a device, so it runs twice over:
 
@@ -30,7 +30,7 @@ from _helpers import (EI_LAYOUTS, FLOAT_DTYPES, HAS_CUDA, INDEX_DTYPES, SHAPE_ID
                       seed_for)
 
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
-TRITON_PY = os.path.join(os.path.dirname(TESTS_DIR), "pyg_edgedot", "_triton.py")
+TRITON_PY = os.path.join(os.path.dirname(TESTS_DIR), "pyg_edgedot", "ops", "edge_dot_triton.py")
 
 
 # ---------------------------------------------------------------------------------------
@@ -241,7 +241,7 @@ def register_test_ops(ops):
         lib.define("edge_dot(Tensor x_src, Tensor x_dst, Tensor src_index, Tensor dst_index) "
                    "-> (Tensor out, Tensor first_bad)")
         lib.define("edge_dot_grad(Tensor grad_out, Tensor x_gather, Tensor scatter_index, "
-                   "Tensor gather_index, SymInt num_rows, bool deterministic=False) -> Tensor")
+                   "Tensor gather_index, SymInt num_rows) -> Tensor")
         for key in ("CPU", "CUDA"):
             lib.impl("edge_dot", ops.edge_dot, key)
             lib.impl("edge_dot_grad", ops.edge_dot_grad, key)
@@ -251,8 +251,7 @@ def register_test_ops(ops):
             return x_src.new_empty(src_index.shape), src_index.new_empty(1, dtype=torch.int64)
 
         @torch.library.register_fake("pyg_edgedot_triton_test::edge_dot_grad", lib=lib)
-        def _edge_dot_grad_fake(grad_out, x_gather, scatter_index, gather_index, num_rows,
-                                deterministic=False):
+        def _edge_dot_grad_fake(grad_out, x_gather, scatter_index, gather_index, num_rows):
             return x_gather.new_empty((num_rows, x_gather.shape[1]))
 
         _TEST_LIBRARY.append(lib)
@@ -357,7 +356,8 @@ def run_case(ops, name, device):
 
 
 def load_interpreted_module():
-    """``_triton.py`` loaded by path (not through the package, which builds the extension)."""
+    """``edge_dot_triton.py`` loaded by path (not through the package, which builds the
+    extension)."""
     assert os.environ.get("TRITON_INTERPRET") == "1"
     spec = importlib.util.spec_from_file_location("pyg_edgedot_triton_interpreted", TRITON_PY)
     module = importlib.util.module_from_spec(spec)
@@ -396,6 +396,9 @@ except ImportError:
     HAS_TRITON = False
 
 needs_triton = pytest.mark.skipif(not HAS_TRITON, reason="triton is not installed")
+
+# Importable without triton: unavailable() then says why.
+from pyg_edgedot.ops import edge_dot_triton as _triton  # noqa: E402
 
 
 def run_interpreter_cases():
@@ -447,35 +450,34 @@ def test_interpreter(name, interpreter_results):
     assert error is None, f"{name} failed under TRITON_INTERPRET=1:\n{error}"
 
 
-def test_available_says_why_not():
-    from pyg_edgedot import _triton
-    reason = _triton.available()
-    if HAS_CUDA and HAS_TRITON and os.environ.get("PYG_EDGEDOT_TRITON", "1") != "0":
+def test_unavailable_says_why_not():
+    reason = _triton.unavailable()
+    if HAS_CUDA and HAS_TRITON:
         assert reason is None
     else:
         assert isinstance(reason, str) and reason, reason
 
 
-def test_available_env_switch(monkeypatch):
-    from pyg_edgedot import _triton
-    monkeypatch.setenv("PYG_EDGEDOT_TRITON", "0")
-    assert _triton.available() == "PYG_EDGEDOT_TRITON=0 is set"
+def test_env_switch():
+    from pyg_edgedot._backend import triton_unusable
+    from pyg_edgedot._config import Config
+    assert triton_unusable(Config.from_env({"PYG_EDGEDOT_TRITON": "0"})) == \
+        "PYG_EDGEDOT_TRITON=0 is set"
+    assert triton_unusable(Config.from_env({"PYG_EDGEDOT_FORCE_FALLBACK": "1"})) == \
+        "PYG_EDGEDOT_FORCE_FALLBACK=1 is set"
 
 
-def test_available_without_cuda(monkeypatch):
-    from pyg_edgedot import _triton
-    monkeypatch.delenv("PYG_EDGEDOT_TRITON", raising=False)
+def test_unavailable_without_cuda(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     if HAS_TRITON and torch.version.cuda is not None:
-        assert "torch.cuda.is_available() is False" in _triton.available()
+        assert "torch.cuda.is_available() is False" in _triton.unavailable()
     else:
-        assert _triton.available() is not None
+        assert _triton.unavailable() is not None
 
 
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=dtype_id)
 @pytest.mark.parametrize("feat_dim", [0, 1, 3, 64, 128, 515, 4096])
 def test_block_configs(feat_dim, dtype):
-    from pyg_edgedot import _triton
     elem = dtype.itemsize
     for config in (_triton.forward_config, _triton.backward_config):
         block_rows, block_d, num_warps, num_stages = config(feat_dim, dtype)
@@ -490,7 +492,6 @@ def test_block_configs(feat_dim, dtype):
 @pytest.mark.parametrize("index_dtype", INDEX_DTYPES, ids=dtype_id)
 def test_sorted_by_row(index_dtype, num_rows, gen):
     # Pure torch: the stable sort by row and the CSR pointer, rows out of range excluded.
-    from pyg_edgedot import _triton
     scatter = torch.randint(-3, num_rows + 3, (500,), generator=gen)
     scatter[:3] = torch.tensor([-(1 << 30), num_rows, (1 << 31) - 1])
     scatter_strided = scatter.to(index_dtype).repeat_interleave(2)[::2]
@@ -514,8 +515,7 @@ needs_triton_cuda = pytest.mark.skipif(
 
 @pytest.fixture
 def cuda_ops():
-    from pyg_edgedot import _triton
-    reason = _triton.available()
+    reason = _triton.unavailable()
     if reason is not None:
         pytest.skip(reason)
     return _triton
@@ -606,25 +606,30 @@ def test_cuda_other_device(cuda_ops, gen):
         check_shape(cuda_ops, "cuda:1", gen, torch.float32, torch.int64, (50, 70, 64, 2000))
 
 
-@needs_triton
-def test_argument_checks(gen):
-    # Metadata checks run before any kernel, so they are exercised on CPU tensors here.
-    from pyg_edgedot import _triton
+@pytest.mark.parametrize("backend", ["triton", "python"])
+def test_argument_checks(backend, gen):
+    # The registered Python implementations (Triton, fallback) check what they rely on to
+    # index memory before any kernel runs, so this runs on CPU tensors.
+    if backend == "triton" and not HAS_TRITON:
+        pytest.skip("triton is not installed")
+    from pyg_edgedot.ops import edge_dot as edge_dot_ops
+    impls = edge_dot_ops.triton_impls() if backend == "triton" else edge_dot_ops.fallback_impls()
+    forward, grad = impls["edge_dot"], impls["edge_dot_grad"]
     x = randn(gen, 4, 3)
     ei = random_edge_index(gen, 4, 4, 6)
     with pytest.raises(TypeError, match="edge_dot: x_dst must be float32"):
-        _triton.edge_dot(x, x.double(), ei[0], ei[1])
+        forward(x, x.double(), ei[0], ei[1])
     with pytest.raises(ValueError, match="edge_dot: x_src must be 2-D"):
-        _triton.edge_dot(x[0], x, ei[0], ei[1])
+        forward(x[0], x, ei[0], ei[1])
     with pytest.raises(ValueError, match="same device and feature dimension"):
-        _triton.edge_dot(x, x[:, :2], ei[0], ei[1])
+        forward(x, x[:, :2], ei[0], ei[1])
     with pytest.raises(TypeError, match="edge_dot: dst_index must be int64 or int32"):
-        _triton.edge_dot(x, x, ei[0], ei[1].int())
+        forward(x, x, ei[0], ei[1].int())
     with pytest.raises(ValueError, match="edge_dot: dst_index must be 1-D"):
-        _triton.edge_dot(x, x, ei[0], ei[1, :5])
+        forward(x, x, ei[0], ei[1, :5])
     with pytest.raises(TypeError, match="edge_dot_grad: grad_out and x_gather"):
-        _triton.edge_dot_grad(torch.ones(6, dtype=torch.float64), x, ei[0], ei[1], 4)
+        grad(torch.ones(6, dtype=torch.float64), x, ei[0], ei[1], 4)
     with pytest.raises(ValueError, match="edge_dot_grad: grad_out must be"):
-        _triton.edge_dot_grad(torch.ones(5), x, ei[0], ei[1], 4)
+        grad(torch.ones(5), x, ei[0], ei[1], 4)
     with pytest.raises(ValueError, match="num_rows must be >= 0"):
-        _triton.edge_dot_grad(torch.ones(6), x, ei[0], ei[1], -1)
+        grad(torch.ones(6), x, ei[0], ei[1], -1)

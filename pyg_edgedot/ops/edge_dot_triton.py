@@ -1,8 +1,8 @@
 """Triton kernels of the core ops, for CUDA devices where the CUDA extension cannot be built.
 
-Same semantics as :mod:`pyg_edgedot._reference` (and the CUDA kernels): float32, float64,
-float16 and bfloat16 features accumulated in float32 (float64 for float64), int32 or int64
-indices with any stride, any row stride of the features, 64-bit offsets throughout. An
+Same semantics as the fallback (:mod:`pyg_edgedot.ops._chunked`) and the CUDA kernels:
+float32, float64, float16 and bfloat16 features accumulated in float32 (float64 for float64),
+int32 or int64 indices with any stride, any row stride of the features, 64-bit offsets throughout. An
 index out of range is never read: its edge scores NaN, contributes no gradient, and the
 smallest such edge is reported in ``first_bad`` (-1 if none).
 
@@ -31,7 +31,6 @@ Under ``TRITON_INTERPRET=1`` (set before triton is imported) the same functions 
 tensors, which is how the tests check them without a GPU.
 """
 import contextlib
-import os
 from typing import Optional, Tuple
 
 import torch
@@ -61,9 +60,6 @@ GRAD_TILE_BYTES = 8192
 GRAD_MIN_EDGES, GRAD_MAX_EDGES = 8, 64
 # H200, W3 fp32 fwd+bwd (bench_beyond.py, sorted payload): 2 warps 25.8 ms, 4 warps 32.8 ms.
 GRAD_NUM_WARPS = 2
-# Put the gather indices and gradients in sorted order with torch before the row kernels
-# (True), or let the kernels read them through the sort permutation (False).
-PERMUTE_PAYLOAD = True
 GRAD_NUM_STAGES = 1
 # Rows with more edges than this are summed in segments of this many edges by their own
 # programs first, so one hub row does not serialize the whole backward.
@@ -112,10 +108,9 @@ def backward_config(feat_dim: int, dtype: torch.dtype) -> Tuple[int, int, int, i
     return block_k, block_d, GRAD_NUM_WARPS, GRAD_NUM_STAGES
 
 
-def available() -> Optional[str]:
-    """None if the Triton kernels can run here, else the reason they cannot, as a sentence."""
-    if os.environ.get("PYG_EDGEDOT_TRITON", "1") == "0":
-        return "PYG_EDGEDOT_TRITON=0 is set"
+def unavailable() -> Optional[str]:
+    """None if the Triton kernels can run here, else the reason they cannot, as a sentence.
+    (``PYG_EDGEDOT_TRITON=0`` is read with the other switches, in ``pyg_edgedot._config``.)"""
     if _IMPORT_ERROR is not None:
         return f"triton could not be imported ({_IMPORT_ERROR})"
     if torch.version.cuda is None:
@@ -186,26 +181,23 @@ if triton is not None:
 
     @triton.jit
     def _sum_sorted_edges(
-        acc, pos_begin, pos_end, perm_ptr, gather_ptr, gather_stride, grad_ptr, grad_stride,
+        acc, pos_begin, pos_end, gather_ptr, gather_stride, grad_ptr, grad_stride,
         x_ptr, x_row_stride, num_gather, cols, col_mask,
-        ACC_DTYPE: tl.constexpr, BLOCK_K: tl.constexpr, SORTED: tl.constexpr,
+        ACC_DTYPE: tl.constexpr, BLOCK_K: tl.constexpr,
     ):
         # acc[j] += grad * row for the sorted edges pos_begin + j, + j + BLOCK_K, ...: a fixed
-        # order; the caller reduces acc over j with tl.sum (also a fixed order).
+        # order; the caller reduces acc over j with tl.sum (also a fixed order). gather_ptr
+        # and grad_ptr hold the edges in sorted order, so these reads are contiguous.
         for pos0 in range(pos_begin, pos_end, BLOCK_K):
             # [BLOCK_K, 1] columns rather than [BLOCK_K] vectors: with 1-D vectors next to
             # the 2-D tile, Triton 3.6's layout pass fails on float64 (an H200 compile error,
             # reproduced with scratch compiles for sm_90).
             pos = pos0 + tl.arange(0, BLOCK_K)[:, None]
             in_row = pos < pos_end
-            if SORTED:  # gather_ptr and grad_ptr already hold the edges in sorted order
-                edge = pos
-            else:
-                edge = tl.load(perm_ptr + pos, mask=in_row, other=0).to(tl.int64)
-            gather = tl.load(gather_ptr + edge * gather_stride, mask=in_row,
+            gather = tl.load(gather_ptr + pos * gather_stride, mask=in_row,
                              other=-1).to(tl.int64)
             ok = in_row & (gather >= 0) & (gather < num_gather)
-            weight = tl.load(grad_ptr + edge * grad_stride, mask=in_row, other=0.0)
+            weight = tl.load(grad_ptr + pos * grad_stride, mask=in_row, other=0.0)
             weight = tl.where(ok, weight.to(ACC_DTYPE), 0.0)
             rows = x_ptr + tl.where(ok, gather, 0) * x_row_stride
             vals = tl.load(rows + cols[None, :], mask=ok & col_mask[None, :], other=0.0)
@@ -214,16 +206,15 @@ if triton is not None:
 
     @triton.jit(do_not_specialize=["num_gather", "num_rows"])
     def _edge_dot_grad_segments_kernel(
-        perm_ptr,                        # [E] int64: edge ids sorted by scatter row
-        rowptr_ptr,                      # [num_rows + 1] int32: CSR over perm
+        rowptr_ptr,                      # [num_rows + 1] int32: CSR over the sorted edges
         seg_end_ptr,                     # [num_rows] int32: inclusive cumsum of segments
         seg_row_ptr,                     # [max_segments] int32: row of each segment
-        gather_ptr, gather_stride,       # [E] int32/int64
-        grad_ptr, grad_stride,           # [E]
+        gather_ptr, gather_stride,       # [E] int32/int64, in sorted order
+        grad_ptr, grad_stride,           # [E], in sorted order
         x_ptr, x_row_stride, num_gather,  # [N_gather, D]; column stride 1
         partial_ptr,                     # [max_segments, D] accumulator dtype
         num_rows, feat_dim,
-        SEGMENT: tl.constexpr, ACC_DTYPE: tl.constexpr, SORTED: tl.constexpr,
+        SEGMENT: tl.constexpr, ACC_DTYPE: tl.constexpr,
         BLOCK_K: tl.constexpr, BLOCK_D: tl.constexpr,
     ):
         # One program per segment of SEGMENT sorted edges of a hub row (programs past the
@@ -241,27 +232,25 @@ if triton is not None:
                 cols = col0 + tl.arange(0, BLOCK_D)
                 col_mask = cols < feat_dim
                 acc = tl.zeros((BLOCK_K, BLOCK_D), dtype=ACC_DTYPE)
-                acc = _sum_sorted_edges(acc, seg_begin, seg_end, perm_ptr, gather_ptr,
+                acc = _sum_sorted_edges(acc, seg_begin, seg_end, gather_ptr,
                                         gather_stride, grad_ptr, grad_stride, x_ptr,
                                         x_row_stride, num_gather, cols, col_mask,
-                                        ACC_DTYPE, BLOCK_K, SORTED)
+                                        ACC_DTYPE, BLOCK_K)
                 tl.store(partial_ptr + seg * feat_dim + cols, tl.sum(acc, axis=0),
                          mask=col_mask)
 
     @triton.jit(do_not_specialize=["num_gather", "num_rows"])
     def _edge_dot_grad_rows_kernel(
-        perm_ptr,                        # [E] int64: edge ids sorted by scatter row
-        rowptr_ptr,                      # [num_rows + 1] int32: CSR over perm
+        rowptr_ptr,                      # [num_rows + 1] int32: CSR over the sorted edges
         seg_end_ptr,                     # [num_rows] int32 (HAS_HUBS only)
         partial_ptr,                     # [max_segments, D] accumulator dtype (HAS_HUBS)
-        gather_ptr, gather_stride,       # [E] int32/int64
-        grad_ptr, grad_stride,           # [E]
+        gather_ptr, gather_stride,       # [E] int32/int64, in sorted order
+        grad_ptr, grad_stride,           # [E], in sorted order
         x_ptr, x_row_stride, num_gather,  # [N_gather, D]; column stride 1
         prev_ptr,                        # [num_rows, D] accumulator dtype (HAS_PREV only)
         out_ptr,                         # [num_rows, D] contiguous, any float dtype
         num_rows, feat_dim,
         SEGMENT: tl.constexpr, HAS_HUBS: tl.constexpr, HAS_PREV: tl.constexpr,
-        SORTED: tl.constexpr,
         ACC_DTYPE: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_D: tl.constexpr,
         ROWS_PER_GRID_X: tl.constexpr,
     ):
@@ -286,15 +275,15 @@ if triton is not None:
                                 partial_ptr + segs[:, None] * feat_dim + cols[None, :],
                                 mask=seg_mask[:, None] & col_mask[None, :], other=0.0)
                     else:
-                        acc = _sum_sorted_edges(acc, begin, end, perm_ptr, gather_ptr,
+                        acc = _sum_sorted_edges(acc, begin, end, gather_ptr,
                                                 gather_stride, grad_ptr, grad_stride, x_ptr,
                                                 x_row_stride, num_gather, cols, col_mask,
-                                                ACC_DTYPE, BLOCK_K, SORTED)
+                                                ACC_DTYPE, BLOCK_K)
                 else:
-                    acc = _sum_sorted_edges(acc, begin, end, perm_ptr, gather_ptr,
+                    acc = _sum_sorted_edges(acc, begin, end, gather_ptr,
                                             gather_stride, grad_ptr, grad_stride, x_ptr,
                                             x_row_stride, num_gather, cols, col_mask,
-                                            ACC_DTYPE, BLOCK_K, SORTED)
+                                            ACC_DTYPE, BLOCK_K)
                 total = tl.sum(acc, axis=0)
                 if HAS_PREV:
                     total += tl.load(prev_ptr + row * feat_dim + cols, mask=col_mask,
@@ -306,43 +295,6 @@ if triton is not None:
 def _require_triton() -> None:
     if triton is None:
         raise RuntimeError(f"pyg_edgedot: the Triton kernels need triton ({_IMPORT_ERROR})")
-
-
-_FLOAT_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
-_INDEX_DTYPES = (torch.int64, torch.int32)
-
-
-def _check_args(op: str, features, indices, grad_out: Optional[Tensor] = None) -> None:
-    """The checks of csrc/common.h (metadata only, no sync), for callers of the registered op
-    that bypass ``functional.edge_dot``. ``features``, ``indices``: (name, tensor) pairs."""
-    (x_name, x), (i_name, first) = features[0], indices[0]
-    for name, feat in features:
-        if feat.dim() != 2:
-            raise ValueError(f"{op}: {name} must be 2-D [num_nodes, feat_dim] "
-                             f"(got shape {tuple(feat.shape)})")
-        if feat.dtype not in _FLOAT_DTYPES or feat.dtype != x.dtype:
-            raise TypeError(f"{op}: {name} must be float32, float64, float16 or bfloat16, "
-                            f"the dtype of {x_name} (got {feat.dtype} and {x.dtype})")
-        if feat.device != x.device or feat.size(1) != x.size(1):
-            raise ValueError(f"{op}: {x_name} and {name} must have the same device and feature "
-                             f"dimension (got {x.device}, {x.size(1)} and {feat.device}, "
-                             f"{feat.size(1)})")
-    for name, index in indices:
-        if index.dtype not in _INDEX_DTYPES or index.dtype != first.dtype:
-            raise TypeError(f"{op}: {name} must be int64 or int32, the dtype of {i_name} "
-                            f"(got {index.dtype} and {first.dtype})")
-        if index.dim() != 1 or index.shape != first.shape or index.device != x.device:
-            raise ValueError(f"{op}: {name} must be 1-D [E] like {i_name}, on the device of "
-                             f"{x_name} (got shape {tuple(index.shape)} on {index.device}; "
-                             f"{i_name} {tuple(first.shape)}, {x_name} on {x.device})")
-    if grad_out is not None:
-        if grad_out.dtype != x.dtype:
-            raise TypeError(f"{op}: grad_out and {x_name} must have the same dtype "
-                            f"(got {grad_out.dtype} and {x.dtype})")
-        if grad_out.shape != first.shape or grad_out.device != x.device:
-            raise ValueError(f"{op}: grad_out must be [E] like {i_name}, on the device of "
-                             f"{x_name} (got shape {tuple(grad_out.shape)} on "
-                             f"{grad_out.device})")
 
 
 # ---------------------------------------------------------------------------------------
@@ -357,8 +309,6 @@ def edge_dot(x_src: Tensor, x_dst: Tensor, src_index: Tensor,
     index out of range), ``first_bad`` [1] int64, the smallest such edge or -1.
     """
     _require_triton()
-    _check_args("edge_dot", [("x_src", x_src), ("x_dst", x_dst)],
-                [("src_index", src_index), ("dst_index", dst_index)])
     x_src, x_dst = _unit_column_stride(x_src), _unit_column_stride(x_dst)
     num_edges = src_index.size(0)
     num_src, num_dst, feat_dim = x_src.size(0), x_dst.size(0), x_src.size(1)
@@ -412,12 +362,10 @@ def _grad_chunk(grad_out: Tensor, x_gather: Tensor, scatter_index: Tensor,
     acc_dtype = _acc_dtype(x_gather.dtype)
     block_k, block_d, num_warps, num_stages = backward_config(feat_dim, x_gather.dtype)
     perm, rowptr = _sorted_by_row(scatter_index, num_rows)
-    sorted_payload = PERMUTE_PAYLOAD
-    if sorted_payload:
-        # Gather indices and gradients put in sorted order once (two coalesced-write
-        # gathers), so the row kernels read them contiguously instead of through perm.
-        gather_index = gather_index[perm]
-        grad_out = grad_out[perm]
+    # Gather indices and gradients put in sorted order once (two coalesced-write gathers),
+    # so the row kernels read them contiguously instead of through perm.
+    gather_index = gather_index[perm]
+    grad_out = grad_out[perm]
 
     segment = HUB_SEGMENT_EDGES
     has_hubs = num_edges > segment  # else no row can be longer than a segment
@@ -433,37 +381,32 @@ def _grad_chunk(grad_out: Tensor, x_gather: Tensor, scatter_index: Tensor,
             right=True, out_int32=True)
         partial = torch.empty(max_segments, feat_dim, dtype=acc_dtype, device=out.device)
         _edge_dot_grad_segments_kernel[(max_segments,)](
-            perm, rowptr, seg_end, seg_row, gather_index, gather_index.stride(0),
+            rowptr, seg_end, seg_row, gather_index, gather_index.stride(0),
             grad_out, grad_out.stride(0), x_gather, x_gather.stride(0), x_gather.size(0),
             partial, num_rows, feat_dim,
             SEGMENT=segment, ACC_DTYPE=_TL_ACC[acc_dtype], BLOCK_K=block_k, BLOCK_D=block_d,
-            SORTED=sorted_payload,
             num_warps=num_warps, num_stages=num_stages)
 
     grid = (min(num_rows, _ROWS_PER_GRID_X), triton.cdiv(num_rows, _ROWS_PER_GRID_X))
     _edge_dot_grad_rows_kernel[grid](
-        perm, rowptr, seg_end, partial, gather_index, gather_index.stride(0),
+        rowptr, seg_end, partial, gather_index, gather_index.stride(0),
         grad_out, grad_out.stride(0), x_gather, x_gather.stride(0), x_gather.size(0),
         prev if prev is not None else out, out, num_rows, feat_dim,
         SEGMENT=segment, HAS_HUBS=has_hubs, HAS_PREV=prev is not None,
-        ACC_DTYPE=_TL_ACC[acc_dtype], BLOCK_K=block_k, BLOCK_D=block_d, SORTED=sorted_payload,
+        ACC_DTYPE=_TL_ACC[acc_dtype], BLOCK_K=block_k, BLOCK_D=block_d,
         ROWS_PER_GRID_X=_ROWS_PER_GRID_X, num_warps=num_warps, num_stages=num_stages)
 
 
 def edge_dot_grad(grad_out: Tensor, x_gather: Tensor, scatter_index: Tensor,
-                  gather_index: Tensor, num_rows: int, deterministic: bool = False) -> Tensor:
+                  gather_index: Tensor, num_rows: int) -> Tensor:
     """out[scatter_index[e], :] += grad_out[e] * x_gather[gather_index[e], :].
 
     Edges with an index out of range contribute nothing. Accumulates in float32 (float64
-    for float64) and returns ``[num_rows, D]`` in the dtype of ``x_gather``. Always
-    deterministic (sorted, no atomics), so ``deterministic`` changes nothing.
+    for float64) and returns ``[num_rows, D]`` in the dtype of ``x_gather``. Deterministic
+    (sorted, no atomics). The arguments are checked by the caller
+    (``pyg_edgedot.ops.edge_dot``).
     """
-    del deterministic  # always deterministic
     _require_triton()
-    _check_args("edge_dot_grad", [("x_gather", x_gather)],
-                [("scatter_index", scatter_index), ("gather_index", gather_index)], grad_out)
-    if num_rows < 0:
-        raise ValueError(f"edge_dot_grad: num_rows must be >= 0 (got {num_rows})")
     x_gather = _unit_column_stride(x_gather)
     num_edges, feat_dim = grad_out.size(0), x_gather.size(1)
     num_rows = int(num_rows)

@@ -1,0 +1,280 @@
+"""Argument checks and their messages, for every op: the one module users' errors come from.
+
+Every public function checks its arguments here first, in Python, with messages that start
+with the function name and name the argument. The C++ kernels keep only the asserts that
+protect memory: a C++ exception thrown from the JIT-built extension crashed the process on
+the GPU machine's image instead of reaching Python (benchmarks/NOTES.md, "Why Python raises
+the errors"), so users must never depend on one. The kernels never throw for an index out of
+range either: they skip it and report the first bad position in ``first_bad``, which
+:func:`raise_if_out_of_range` reads.
+
+Reading ``first_bad`` back is a device-to-host synchronization on CUDA. To keep it out of
+the steady state, an index tensor found in range is remembered (:data:`VALIDATED`) by
+identity, version counter and the row counts it was checked against; a later call with the
+same unchanged tensor and row counts at least as large skips the read.
+"""
+import weakref
+from collections import OrderedDict
+from typing import Iterable, List, Optional, Sequence, Tuple
+
+import torch
+from torch import Tensor
+
+FLOAT_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
+INDEX_DTYPES = (torch.int64, torch.int32)
+
+
+def as_plain_index(index: Tensor) -> Tensor:
+    """PyG's ``EdgeIndex`` is a Tensor subclass; the kernels want its plain data."""
+    as_tensor = getattr(index, "as_tensor", None)
+    if callable(as_tensor) and type(index) is not Tensor:
+        return as_tensor()
+    return index
+
+
+def check_features(x_src: Tensor, x_dst: Tensor, op: str) -> None:
+    """x_src and x_dst: 2-D float tensors of one dtype, device and width."""
+    for name, x in (("x_src", x_src), ("x_dst", x_dst)):
+        if not isinstance(x, Tensor):
+            raise TypeError(f"{op}: {name} must be a Tensor (got {type(x).__name__})")
+        if x.dim() != 2:
+            raise ValueError(f"{op}: {name} must be 2-D [num_nodes, feat_dim] "
+                             f"(got shape {tuple(x.shape)})")
+        if x.dtype not in FLOAT_DTYPES:
+            raise TypeError(f"{op}: {name} must be float32, float64, float16 or bfloat16 "
+                            f"(got {x.dtype})")
+    if x_src.dtype != x_dst.dtype:
+        raise TypeError(f"{op}: x_src and x_dst must have the same dtype "
+                        f"(got {x_src.dtype} and {x_dst.dtype})")
+    if x_src.device != x_dst.device:
+        raise ValueError(f"{op}: x_src and x_dst must be on the same device "
+                         f"(got {x_src.device} and {x_dst.device})")
+    if x_src.size(1) != x_dst.size(1):
+        raise ValueError(f"{op}: x_src and x_dst must have the same feature dimension "
+                         f"(got {x_src.size(1)} and {x_dst.size(1)})")
+
+
+def check_edge_index(x_src: Tensor, edge_index: Tensor, op: str) -> Tensor:
+    """``edge_index``: ``[2, E]`` int64/int32 on the features' device; returns the plain
+    tensor (the one whose validation is remembered)."""
+    if not isinstance(edge_index, Tensor):
+        raise TypeError(f"{op}: edge_index must be a Tensor of shape [2, E] "
+                        f"(got {type(edge_index).__name__})")
+    edge_index = as_plain_index(edge_index)
+    if edge_index.dim() != 2 or edge_index.size(0) != 2:
+        raise ValueError(f"{op}: edge_index must have shape [2, E] "
+                         f"(got {tuple(edge_index.shape)})")
+    if edge_index.dtype not in INDEX_DTYPES:
+        raise TypeError(f"{op}: edge_index must be int64 or int32 (got {edge_index.dtype})")
+    if edge_index.device != x_src.device:
+        raise ValueError(f"{op}: x_src and edge_index must be on the same device "
+                         f"(got {x_src.device} and {edge_index.device})")
+    return edge_index
+
+
+def check_relation(x_src: Tensor, num_edges: int, rel: Optional[Tensor],
+                   edge_type: Optional[Tensor], op: str) -> Tuple[Tensor, Optional[Tensor]]:
+    """``rel`` ``[R, D]`` (or ``[D]`` without ``edge_type``) and ``edge_type`` ``[E]``;
+    returns ``(rel [R, D], edge_type or None)``."""
+    if rel is None:
+        raise ValueError(f"{op}: edge_type was given without rel; pass rel=[R, D] relation "
+                         "vectors too")
+    if not isinstance(rel, Tensor):
+        raise TypeError(f"{op}: rel must be a Tensor (got {type(rel).__name__})")
+    if rel.dim() == 1 and edge_type is None:
+        rel = rel.unsqueeze(0)
+    if rel.dim() != 2:
+        raise ValueError(f"{op}: rel must be 2-D [num_relations, feat_dim] (or 1-D [feat_dim] "
+                         f"without edge_type) (got shape {tuple(rel.shape)})")
+    if rel.dtype != x_src.dtype:
+        raise TypeError(f"{op}: rel and x_src must have the same dtype "
+                        f"(got {rel.dtype} and {x_src.dtype})")
+    if rel.device != x_src.device:
+        raise ValueError(f"{op}: rel and x_src must be on the same device "
+                         f"(got {rel.device} and {x_src.device})")
+    if rel.size(1) != x_src.size(1):
+        raise ValueError(f"{op}: rel and x_src must have the same feature dimension "
+                         f"(got {rel.size(1)} and {x_src.size(1)})")
+    if edge_type is None:
+        if rel.size(0) != 1:
+            raise ValueError(f"{op}: rel has {rel.size(0)} relations, so edge_type [E] is "
+                             "required to say which one each edge uses")
+        return rel, None
+    if not isinstance(edge_type, Tensor):
+        raise TypeError(f"{op}: edge_type must be a Tensor (got {type(edge_type).__name__})")
+    if edge_type.dim() != 1 or edge_type.size(0) != num_edges:
+        raise ValueError(f"{op}: edge_type must have shape [E] = [{num_edges}] "
+                         f"(got {tuple(edge_type.shape)})")
+    if edge_type.dtype not in INDEX_DTYPES:
+        raise TypeError(f"{op}: edge_type must be int64 or int32 (got {edge_type.dtype})")
+    if edge_type.device != x_src.device:
+        raise ValueError(f"{op}: x_src and edge_type must be on the same device "
+                         f"(got {x_src.device} and {edge_type.device})")
+    return rel, edge_type
+
+
+def check_candidate_index(op: str, index: Tensor, name: str, shape: str, x_src: Tensor,
+                          num_rows: Optional[int] = None,
+                          like: Optional[Tensor] = None) -> None:
+    """``shape`` is ``"[N]"`` or ``"[N, K]"``; ``num_rows`` the N it must match, if known;
+    ``like`` the ``src_index`` whose dtype it must have."""
+    dims = shape.count(",") + 1
+    if not isinstance(index, Tensor):
+        raise TypeError(f"{op}: {name} must be a Tensor of shape {shape} "
+                        f"(got {type(index).__name__})")
+    if index.dim() != dims:
+        raise ValueError(f"{op}: {name} must be {dims}-D {shape} (got shape {tuple(index.shape)})")
+    if index.dtype not in INDEX_DTYPES:
+        raise TypeError(f"{op}: {name} must be int64 or int32 (got {index.dtype})")
+    if index.device != x_src.device:
+        raise ValueError(f"{op}: x_src and {name} must be on the same device "
+                         f"(got {x_src.device} and {index.device})")
+    if num_rows is not None and index.size(0) != num_rows:
+        raise ValueError(f"{op}: {name} must have one row per entry of src_index "
+                         f"(got {index.size(0)} rows and {num_rows} sources)")
+    if like is not None and index.dtype != like.dtype:
+        raise TypeError(f"{op}: src_index and {name} must have the same dtype "
+                        f"(got {like.dtype} and {index.dtype})")
+
+
+def check_op_args(op: str, features: Sequence[Tuple[str, Tensor]],
+                  indices: Sequence[Tuple[str, Tensor]],
+                  grad_out: Optional[Tensor] = None) -> None:
+    """What a registered op implemented in Python (Triton, fallback) relies on to index
+    memory safely, for callers of ``torch.ops.pyg_edgedot.*`` that bypass the public
+    functions: 2-D features of one float dtype, device and width; 1-D indices of one index
+    dtype and length; ``grad_out`` ``[E]`` in the features' dtype. Metadata only."""
+    (x_name, x), (i_name, first) = features[0], indices[0]
+    for name, feat in features:
+        if feat.dim() != 2:
+            raise ValueError(f"{op}: {name} must be 2-D [num_nodes, feat_dim] "
+                             f"(got shape {tuple(feat.shape)})")
+        if feat.dtype not in FLOAT_DTYPES or feat.dtype != x.dtype:
+            raise TypeError(f"{op}: {name} must be float32, float64, float16 or bfloat16, "
+                            f"the dtype of {x_name} (got {feat.dtype} and {x.dtype})")
+        if feat.device != x.device or feat.size(1) != x.size(1):
+            raise ValueError(f"{op}: {x_name} and {name} must have the same device and feature "
+                             f"dimension (got {x.device}, {x.size(1)} and {feat.device}, "
+                             f"{feat.size(1)})")
+    for name, index in indices:
+        if index.dtype not in INDEX_DTYPES or index.dtype != first.dtype:
+            raise TypeError(f"{op}: {name} must be int64 or int32, the dtype of {i_name} "
+                            f"(got {index.dtype} and {first.dtype})")
+        if index.dim() != 1 or index.shape != first.shape or index.device != x.device:
+            raise ValueError(f"{op}: {name} must be 1-D [E] like {i_name}, on the device of "
+                             f"{x_name} (got shape {tuple(index.shape)} on {index.device}; "
+                             f"{i_name} {tuple(first.shape)}, {x_name} on {x.device})")
+    if grad_out is not None:
+        if grad_out.dtype != x.dtype:
+            raise TypeError(f"{op}: grad_out and {x_name} must have the same dtype "
+                            f"(got {grad_out.dtype} and {x.dtype})")
+        if grad_out.shape != first.shape or grad_out.device != x.device:
+            raise ValueError(f"{op}: grad_out must be [E] like {i_name}, on the device of "
+                             f"{x_name} (got shape {tuple(grad_out.shape)} on "
+                             f"{grad_out.device})")
+
+
+def check_num_rows(op: str, num_rows: int) -> int:
+    if num_rows < 0:
+        raise ValueError(f"{op}: num_rows must be >= 0 (got {num_rows})")
+    return int(num_rows)
+
+
+# ---------------------------------------------------------------------------------------
+# Indices out of range
+# ---------------------------------------------------------------------------------------
+
+class Bound:
+    """One index argument and the rows it indexes, for the out-of-range message:
+    ``name`` (as the user passed it, e.g. ``edge_index[1]``), the index tensor (1-D, entry
+    ``position``; or 2-D, row ``position``), and the indexed tensor's name and row count."""
+    __slots__ = ("name", "index", "rows_name", "num_rows")
+
+    def __init__(self, name: str, index: Tensor, rows_name: str, num_rows: int) -> None:
+        self.name, self.index, self.rows_name, self.num_rows = name, index, rows_name, num_rows
+
+
+def out_of_range_message(op: str, position: int, bounds: Iterable[Bound], unit: str) -> str:
+    """The message for the first bad ``position`` (an edge, or a row of candidates): names
+    the first argument in ``bounds`` that holds a bad index there, its value and the range."""
+    for b in bounds:
+        limit = b.num_rows
+        if b.index.dim() == 1:
+            value, where = int(b.index[position]), f"{unit} {position}"
+        else:
+            values = b.index[position]
+            bad = ((values < 0) | (values >= limit)).nonzero()
+            if bad.numel() == 0:
+                continue
+            col = int(bad[0, 0])
+            value, where = int(values[col]), f"{unit} ({position}, {col})"
+        if value < 0 or value >= limit:
+            return (f"{op}: {b.name} holds an index out of range at {where}: {value} "
+                    f"({b.rows_name} has {limit} rows; valid range is [0, {limit}))")
+    return f"{op}: {unit} {position} holds an index out of range"
+
+
+class _Validated:
+    """Index tensors found in range: ``id -> (weakref, version, row counts)``, the most
+    recent ``capacity`` of them. An entry holds only a weak reference, so it never keeps a
+    tensor alive, and a new tensor at a reused address or id never matches it."""
+
+    def __init__(self, capacity: int = 256) -> None:
+        self.capacity = capacity
+        self._entries: "OrderedDict[int, Tuple[weakref.ref, int, Tuple[int, ...]]]" = OrderedDict()
+
+    @staticmethod
+    def _version(index: Tensor) -> Optional[int]:
+        try:
+            return index._version
+        except RuntimeError:  # inference tensors keep no version counter: never remembered
+            return None
+
+    def covers(self, keys: Sequence[Tuple[Tensor, Tuple[int, ...]]]) -> bool:
+        for index, rows in keys:
+            entry = self._entries.get(id(index))
+            if entry is None:
+                return False
+            ref, version, checked_rows = entry
+            if (ref() is not index or version != self._version(index)
+                    or any(now < then for now, then in zip(rows, checked_rows))):
+                return False
+        return True
+
+    def add(self, keys: Sequence[Tuple[Tensor, Tuple[int, ...]]]) -> None:
+        for index, rows in keys:
+            version = self._version(index)
+            if version is None:
+                continue
+            self._entries[id(index)] = (weakref.ref(index), version, tuple(rows))
+            self._entries.move_to_end(id(index))
+        while len(self._entries) > self.capacity:
+            self._entries.popitem(last=False)
+
+    def clear(self) -> None:
+        self._entries.clear()
+
+
+VALIDATED = _Validated()
+
+
+def raise_if_out_of_range(op: str, validate: bool, first_bad: Tensor,
+                          keys: Sequence[Tuple[Tensor, Tuple[int, ...]]],
+                          bounds: List[Bound], unit: str) -> None:
+    """Raises ``IndexError`` if ``first_bad`` (a kernel's ``[1]`` report) holds a position.
+
+    ``keys``: the user's index tensors with the row counts they index, remembered once found
+    in range. Never reads inside a compiled graph, on meta tensors or while a CUDA graph is
+    captured; on CUDA, skips the read (a synchronization) when every key is remembered.
+    """
+    if not validate or torch.compiler.is_compiling() or first_bad.device.type == "meta":
+        return
+    on_cuda = first_bad.is_cuda
+    if on_cuda and (torch.cuda.is_current_stream_capturing() or VALIDATED.covers(keys)):
+        return
+    position = int(first_bad.item())
+    if position < 0:
+        if on_cuda:
+            VALIDATED.add(keys)
+        return
+    raise IndexError(out_of_range_message(op, position, bounds, unit))

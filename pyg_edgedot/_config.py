@@ -1,0 +1,27 @@
+"""Every ``PYG_EDGEDOT_*`` environment variable, read here and only here, once per process.
+
+* ``PYG_EDGEDOT_FORCE_FALLBACK=1``: build nothing, no Triton: the pure-PyTorch fallback.
+* ``PYG_EDGEDOT_CUDA=0``: build the CPU kernel only (CUDA tensors take the Triton path).
+* ``PYG_EDGEDOT_TRITON=0``: never use the Triton kernels.
+
+``PYG_EDGEDOT_CPU_AVX2=0`` (keep the CPU forward's baseline x86-64 loop) is read by the CPU
+kernel itself (``csrc/cpu/edge_dot_kernel.cpp``), the one place that acts on it.
+``TORCH_CUDA_ARCH_LIST`` and ``TORCH_EXTENSIONS_DIR`` are torch's own, read by the loader.
+"""
+import os
+from dataclasses import dataclass
+from typing import Mapping, Optional
+
+
+@dataclass(frozen=True)
+class Config:
+    force_fallback: bool = False
+    build_cuda: bool = True
+    use_triton: bool = True
+
+    @classmethod
+    def from_env(cls, environ: Optional[Mapping[str, str]] = None) -> "Config":
+        env = os.environ if environ is None else environ
+        return cls(force_fallback=env.get("PYG_EDGEDOT_FORCE_FALLBACK", "0") == "1",
+                   build_cuda=env.get("PYG_EDGEDOT_CUDA", "1") != "0",
+                   use_triton=env.get("PYG_EDGEDOT_TRITON", "1") != "0")

@@ -1,0 +1,163 @@
+"""``edge_dot``: the fused edge dot product and its gradient op.
+
+Schemas in ``csrc/edge_dot.cpp``; kernels in ``csrc/cpu/edge_dot_kernel.cpp``,
+``csrc/cuda/edge_dot_kernel.cu`` and, for CUDA without nvcc, :mod:`.edge_dot_triton`. This
+module holds the public function, the fake kernels, the autograd and the pure-PyTorch
+fallback.
+"""
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from .. import _checks
+from . import _chunked
+
+NAME = "edge_dot"
+
+
+def edge_dot(x_src: Tensor, x_dst: Tensor, edge_index: Tensor, rel: Optional[Tensor] = None,
+             edge_type: Optional[Tensor] = None, *, validate: bool = True) -> Tensor:
+    r"""Scores each edge by the dot product of its endpoint features, in one fused pass.
+
+    .. math::
+        \mathrm{out}_e = \sum_{k} x^{src}_{s_e, k} \, x^{dst}_{d_e, k},
+        \qquad (s_e, d_e) = (\mathrm{edge\_index}[0, e], \mathrm{edge\_index}[1, e])
+
+    The same as ``(x_src[edge_index[0]] * x_dst[edge_index[1]]).sum(-1)``, without the two
+    ``[E, D]`` intermediates: memory is O(E) and each row is read once per edge.
+    Differentiable in ``x_src`` and ``x_dst``; only the gradients that are needed are
+    computed. The backward is deterministic on every backend (bitwise equal run to run).
+
+    With ``rel``, each edge is scored through a relation vector (DistMult):
+
+    .. math::
+        \mathrm{out}_e = \sum_{k} x^{src}_{s_e, k} \, r_{t_e, k} \, x^{dst}_{d_e, k},
+        \qquad t_e = \mathrm{edge\_type}[e]
+
+    the same as ``(x_src[src] * rel[edge_type] * x_dst[dst]).sum(-1)``, fused, and
+    differentiable in ``rel`` as well.
+
+    Args:
+        x_src (Tensor): source features ``[N_src, D]``; float32, float64, float16 or
+            bfloat16. Any row stride; a column stride other than 1 costs one copy.
+        x_dst (Tensor): destination features ``[N_dst, D]``, same dtype and device.
+            May be the same tensor as ``x_src``.
+        edge_index (Tensor): ``[2, E]`` int64 or int32 (a plain tensor or PyG's
+            ``EdgeIndex``; any strides). Row 0 indexes ``x_src``, row 1 ``x_dst``.
+        rel (Tensor, optional): relation vectors ``[R, D]`` (same dtype and device), or
+            one vector ``[D]`` used for every edge.
+        edge_type (Tensor, optional): ``[E]`` int64 or int32, the row of ``rel`` each edge
+            uses; required when ``R > 1`` (converted to ``edge_index``'s dtype if it differs).
+        validate (bool): raise ``IndexError`` naming the first edge whose index is out
+            of range (negative or too large). The kernel always checks bounds as it reads
+            and records the first bad edge; ``validate`` decides whether the host reads
+            that number back. On the CPU that is free. On CUDA it is one device-to-host
+            synchronization, paid once per index tensor: an ``edge_index`` (and
+            ``edge_type``) found in range is remembered, and later calls with the same
+            tensor, not modified in place since and indexing at least as many rows, skip
+            the read. Skipped inside ``torch.compile`` graphs, on meta tensors and while a
+            CUDA graph is captured. Unchecked, an out-of-range edge scores NaN and
+            contributes no gradient. Either way, no memory outside the inputs is ever read
+            and the CUDA context stays usable.
+
+    Returns:
+        Tensor: ``[E]`` scores in the dtype of the inputs (accumulated in float32, or
+        float64 for float64 inputs).
+
+    Raises:
+        TypeError / ValueError: wrong types, shapes, dtypes or devices (metadata only,
+            no cost). IndexError: an index out of range (see ``validate``).
+    """
+    _checks.check_features(x_src, x_dst, NAME)
+    edge_index = _checks.check_edge_index(x_src, edge_index, NAME)
+    if rel is not None or edge_type is not None:
+        from .edge_dot_rel import edge_dot_rel
+        return edge_dot_rel(x_src, x_dst, edge_index, rel, edge_type, validate)
+    src_index, dst_index = edge_index[0], edge_index[1]
+    out, first_bad = torch.ops.pyg_edgedot.edge_dot(x_src, x_dst, src_index, dst_index)
+    num_src, num_dst = x_src.size(0), x_dst.size(0)
+    _checks.raise_if_out_of_range(
+        NAME, validate, first_bad, [(edge_index, (num_src, num_dst))],
+        [_checks.Bound("edge_index[0]", src_index, "x_src", num_src),
+         _checks.Bound("edge_index[1]", dst_index, "x_dst", num_dst)], "edge")
+    return out
+
+
+# ---------------------------------------------------------------------------------------
+# The registered ops' Python side
+# ---------------------------------------------------------------------------------------
+
+def _check_forward_args(x_src, x_dst, src_index, dst_index) -> None:
+    _checks.check_op_args("edge_dot", [("x_src", x_src), ("x_dst", x_dst)],
+                          [("src_index", src_index), ("dst_index", dst_index)])
+
+
+def _check_grad_args(grad_out, x_gather, scatter_index, gather_index, num_rows) -> int:
+    _checks.check_op_args("edge_dot_grad", [("x_gather", x_gather)],
+                          [("scatter_index", scatter_index), ("gather_index", gather_index)],
+                          grad_out)
+    return _checks.check_num_rows("edge_dot_grad", num_rows)
+
+
+def _fallback_forward(x_src, x_dst, src_index, dst_index):
+    """out[e] = sum_k x_src[src_index[e], k] * x_dst[dst_index[e], k], in chunks; returns
+    ``(out, first_bad)``."""
+    _check_forward_args(x_src, x_dst, src_index, dst_index)
+    return _chunked.scores(x_src, x_dst, src_index, dst_index)
+
+
+def _fallback_grad(grad_out, x_gather, scatter_index, gather_index, num_rows):
+    """out[scatter_index[e], :] += grad_out[e] * x_gather[gather_index[e], :], in chunks."""
+    num_rows = _check_grad_args(grad_out, x_gather, scatter_index, gather_index, num_rows)
+    return _chunked.scatter(grad_out, x_gather, scatter_index, gather_index, num_rows)
+
+
+def fallback_impls() -> dict:
+    return {"edge_dot": _fallback_forward, "edge_dot_grad": _fallback_grad}
+
+
+def triton_impls() -> dict:
+    from . import edge_dot_triton  # imports triton: only on the CUDA-without-nvcc path
+
+    def forward(x_src, x_dst, src_index, dst_index):
+        _check_forward_args(x_src, x_dst, src_index, dst_index)
+        return edge_dot_triton.edge_dot(x_src, x_dst, src_index, dst_index)
+
+    def grad(grad_out, x_gather, scatter_index, gather_index, num_rows):
+        num_rows = _check_grad_args(grad_out, x_gather, scatter_index, gather_index, num_rows)
+        return edge_dot_triton.edge_dot_grad(grad_out, x_gather, scatter_index, gather_index,
+                                             num_rows)
+
+    return {"edge_dot": forward, "edge_dot_grad": grad}
+
+
+def register_fake_and_autograd() -> None:
+    @torch.library.register_fake("pyg_edgedot::edge_dot")
+    def _edge_dot_fake(x_src, x_dst, src_index, dst_index):
+        torch._check(x_src.dim() == 2 and x_dst.dim() == 2)
+        torch._check(src_index.dim() == 1 and dst_index.shape == src_index.shape)
+        return x_src.new_empty(src_index.shape), src_index.new_empty(1, dtype=torch.int64)
+
+    @torch.library.register_fake("pyg_edgedot::edge_dot_grad")
+    def _edge_dot_grad_fake(grad_out, x_gather, scatter_index, gather_index, num_rows):
+        torch._check(x_gather.dim() == 2)
+        return x_gather.new_empty((num_rows, x_gather.shape[1]))
+
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(*inputs)
+
+    def backward(ctx, grad_out, _grad_first_bad):
+        x_src, x_dst, src_index, dst_index = ctx.saved_tensors
+        grad_src = grad_dst = None
+        grad_out = grad_out.contiguous()
+        if ctx.needs_input_grad[0]:
+            grad_src = torch.ops.pyg_edgedot.edge_dot_grad(
+                grad_out, x_dst, src_index, dst_index, x_src.shape[0])
+        if ctx.needs_input_grad[1]:
+            grad_dst = torch.ops.pyg_edgedot.edge_dot_grad(
+                grad_out, x_src, dst_index, src_index, x_dst.shape[0])
+        return grad_src, grad_dst, None, None
+
+    torch.library.register_autograd("pyg_edgedot::edge_dot", backward,
+                                    setup_context=setup_context)
