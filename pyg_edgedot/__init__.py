@@ -6,9 +6,14 @@ _ops.load()
 from .functional import edge_dot  # noqa: E402
 from .nn import EdgeDotScore  # noqa: E402
 from .ranking import hits_at_k, mrr, rank_candidates, score_candidates  # noqa: E402
+from .ops.negative_sampling import (NegativeSampler, batched_negative_sampling,  # noqa: E402
+                                    negative_sampling, structured_negative_sampling,
+                                    structured_negative_sampling_feasible)
 
 backends = _ops.backends
 
 __version__ = "0.1.0"
 __all__ = ["edge_dot", "EdgeDotScore", "score_candidates", "rank_candidates", "mrr",
-           "hits_at_k", "backends", "__version__"]
+           "hits_at_k", "backends", "__version__", "NegativeSampler", "negative_sampling",
+           "batched_negative_sampling", "structured_negative_sampling",
+           "structured_negative_sampling_feasible"]
