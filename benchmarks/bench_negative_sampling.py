@@ -1,0 +1,139 @@
+"""Negative sampling, side by side: PyG's negative_sampling (sparse), a plain exact
+sampler, and ours (function; prebuilt NegativeSampler without / with replacement).
+
+    python benchmarks/bench_negative_sampling.py --device cpu --out results.json
+
+Graphs: Cora's size (2,708 nodes, 10,556 edges), 100K nodes / 2M edges, and on CUDA
+1M nodes / 20M edges; each asks E negatives (uniform random edges, homogeneous).
+Times are medians of --reps runs after one warm-up (CUDA: events + synchronize).
+"""
+import argparse
+import json
+import os
+import platform
+import statistics
+import time
+
+import torch
+
+import torch_geometric
+from torch_geometric.utils import negative_sampling as pyg_negative_sampling
+
+from pyg_edgedot.ops.negative_sampling import NegativeSampler, negative_sampling
+
+GRAPHS = [("cora", 2_708, 10_556), ("100k_2m", 100_000, 2_000_000),
+          ("1m_20m", 1_000_000, 20_000_000)]
+
+
+def plain_negative_sampling(edge_index, num_nodes, num_samples, generator=None):
+    """The straightforward exact sampler: sort the edge keys once, draw random pairs,
+    drop self-loops and edges (torch.searchsorted), torch.unique for distinct pairs,
+    redraw until enough. Its output is SORTED by key (torch.unique), not shuffled."""
+    device = edge_index.device
+    keys = torch.sort(edge_index[0].long() * num_nodes + edge_index[1].long()).values
+    out = torch.empty(0, dtype=torch.long, device=device)
+    while out.numel() < num_samples:
+        need = num_samples - out.numel()
+        src = torch.randint(0, num_nodes, (int(need * 1.1) + 16,), device=device,
+                            generator=generator)
+        dst = torch.randint(0, num_nodes, src.shape, device=device, generator=generator)
+        cand = (src * num_nodes + dst)[src != dst]
+        pos = torch.searchsorted(keys, cand).clamp_(max=max(keys.numel() - 1, 0))
+        if keys.numel() > 0:
+            cand = cand[keys[pos] != cand]
+        out = torch.unique(torch.cat([out, cand]))
+    out = out[:num_samples]
+    return torch.stack([out // num_nodes, out % num_nodes])
+
+
+def timed(fn, reps, device):
+    fn()  # warm-up
+    times = []
+    for _ in range(reps):
+        if device.type == "cuda":
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            torch.cuda.synchronize()
+            start.record()
+            fn()
+            end.record()
+            torch.cuda.synchronize()
+            times.append(start.elapsed_time(end))
+        else:
+            t0 = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times), times
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--reps", type=int, default=7)
+    parser.add_argument("--graphs", default=None, help="comma list of " +
+                        ",".join(g[0] for g in GRAPHS))
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch.set_num_threads (CPU); default: torch's")
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
+    wanted = args.graphs.split(",") if args.graphs else [
+        g[0] for g in GRAPHS if device.type == "cuda" or g[0] != "1m_20m"]
+
+    results = {"device": str(device), "torch": torch.__version__,
+               "torch_geometric": torch_geometric.__version__,
+               "threads": torch.get_num_threads(), "platform": platform.platform(),
+               "cpu": platform.processor(), "reps": args.reps, "graphs": [],
+               # other work on the machine skews CPU medians (OpenMP waits for threads)
+               "loadavg_start": list(os.getloadavg())}
+    if device.type == "cuda":
+        results["gpu"] = torch.cuda.get_device_name(device)
+    print(f"device={device} threads={torch.get_num_threads()} torch={torch.__version__} "
+          f"pyg={torch_geometric.__version__} reps={args.reps} (median ms) "
+          f"loadavg={results['loadavg_start']}")
+    for name, num_nodes, num_edges in GRAPHS:
+        if name not in wanted:
+            continue
+        gen = torch.Generator().manual_seed(0)
+        edge_index = torch.randint(0, num_nodes, (2, num_edges), generator=gen).to(device)
+        num = num_edges
+        torch.manual_seed(0)
+        sampler = NegativeSampler(edge_index, num_nodes)
+        methods = {
+            "pyg_sparse": lambda: pyg_negative_sampling(edge_index, num_nodes, num),
+            "plain_exact": lambda: plain_negative_sampling(edge_index, num_nodes, num),
+            "ours_function": lambda: negative_sampling(edge_index, num_nodes, num),
+            "ours_sampler_build": lambda: NegativeSampler(edge_index, num_nodes),
+            "ours_sampler": lambda: sampler.sample(num),
+            "ours_sampler_replace": lambda: sampler.sample(num, replace=True),
+        }
+        row = {"graph": name, "num_nodes": num_nodes, "num_edges": num_edges,
+               "num_samples": num, "ms": {}, "ms_all": {}, "returned": {}}
+        for method, fn in methods.items():
+            reps = args.reps if not (method == "pyg_sparse" and num >= 1_000_000) else 3
+            med, all_times = timed(fn, reps, device)
+            out = fn()
+            row["ms"][method] = med
+            row["ms_all"][method] = all_times
+            if isinstance(out, torch.Tensor):
+                row["returned"][method] = int(out.size(1))
+        plain = row["ms"]["plain_exact"]
+        row["speedup_vs_plain"] = {m: plain / t for m, t in row["ms"].items()
+                                   if m.startswith("ours") and m != "ours_sampler_build"}
+        results["graphs"].append(row)
+        print(f"\n{name}: N={num_nodes:,} E={num_edges:,} negatives={num:,}")
+        print(f"  {'method':<22}{'median ms':>12}{'returned':>12}{'x plain':>10}")
+        for method, t in row["ms"].items():
+            speed = row["speedup_vs_plain"].get(method)
+            speed = f"{speed:9.2f}x" if speed else ""
+            print(f"  {method:<22}{t:12.3f}{row['returned'].get(method, 0):12,}{speed:>10}")
+    results["loadavg_end"] = list(os.getloadavg())
+    print(f"\nloadavg at end: {results['loadavg_end']}")
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(results, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

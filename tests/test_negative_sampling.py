@@ -1,0 +1,498 @@
+"""Tests of pyg_edgedot.ops.negative_sampling: guarantees checked against Python sets on
+random graphs, uniformity by chi-square, edge cases, errors, and PyG's own functions."""
+import warnings
+
+import pytest
+import torch
+from scipy import stats
+
+import pyg_edgedot  # noqa: F401  (builds/loads the package the way users do)
+from pyg_edgedot.ops import negative_sampling as ns_mod
+from pyg_edgedot.ops.negative_sampling import (NegativeSampler, batched_negative_sampling,
+                                               negative_sampling,
+                                               structured_negative_sampling,
+                                               structured_negative_sampling_feasible)
+from _helpers import DEVICES, INDEX_DTYPES, dtype_id, make_gen
+
+import torch_geometric.utils as pyg_utils
+
+
+def random_graph(gen, num_src, num_dst, num_edges, dtype=torch.int64, device="cpu"):
+    src = torch.randint(0, max(num_src, 1), (num_edges,), generator=gen)
+    dst = torch.randint(0, max(num_dst, 1), (num_edges,), generator=gen)
+    return torch.stack([src, dst]).to(dtype=dtype, device=device)
+
+
+def pair_set(edge_index):
+    return set(map(tuple, edge_index.t().cpu().tolist()))
+
+
+def complement(edge_index, num_src, num_dst, loops_allowed):
+    edges = pair_set(edge_index)
+    return {(i, j) for i in range(num_src) for j in range(num_dst)
+            if (i, j) not in edges and (loops_allowed or i != j)}
+
+
+def check_negatives(neg, edge_index, num_src, num_dst, homogeneous, count=None):
+    assert neg.dim() == 2 and neg.size(0) == 2
+    assert neg.dtype == edge_index.dtype and neg.device == edge_index.device
+    pairs = neg.t().cpu().tolist()
+    edges = pair_set(edge_index)
+    assert not any(tuple(p) in edges for p in pairs), "a sampled pair is an edge"
+    assert len(set(map(tuple, pairs))) == len(pairs), "sampled pairs repeat"
+    if homogeneous:
+        assert all(i != j for i, j in pairs), "a self-loop was sampled"
+    if pairs:
+        assert min(min(p) for p in pairs) >= 0
+        assert max(p[0] for p in pairs) < num_src and max(p[1] for p in pairs) < num_dst
+    if count is not None:
+        assert len(pairs) == count
+
+
+def quiet(fn, *args, **kwargs):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return fn(*args, **kwargs)
+
+
+# ---------------------------------------------------------------------------------------
+# negative_sampling: guarantees on random graphs
+# ---------------------------------------------------------------------------------------
+
+# (N, E, num): sparse i.i.d. path, dense (enumerating) path, and in between
+HOMO_CASES = [(50, 200, None), (50, 200, 1000), (30, 400, 300), (12, 40, 90), (200, 1000, 0.5),
+              (7, 0, 20), (1000, 3000, 3000)]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", INDEX_DTYPES, ids=dtype_id)
+@pytest.mark.parametrize("case", HOMO_CASES, ids=str)
+def test_homogeneous_guarantees(gen, device, dtype, case):
+    num_nodes, num_edges, num = case
+    edge_index = random_graph(gen, num_nodes, num_nodes, num_edges, dtype, device)
+    free = len(complement(edge_index, num_nodes, num_nodes, loops_allowed=False))
+    expected = {None: num_edges}.get(num, num)
+    if isinstance(num, float):
+        expected = int(num * num_edges)
+    torch.manual_seed(int(torch.randint(0, 2 ** 31, (1,), generator=gen)))
+    neg = quiet(negative_sampling, edge_index, num_nodes, num)
+    check_negatives(neg, edge_index, num_nodes, num_nodes, True, min(expected, free))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", INDEX_DTYPES, ids=dtype_id)
+@pytest.mark.parametrize("size", [(13, 9), (5, 40), (1, 7), (30, 30)], ids=str)
+def test_bipartite_guarantees(gen, device, dtype, size):
+    num_src, num_dst = size
+    edge_index = random_graph(gen, num_src, num_dst, 2 * (num_src + num_dst), dtype, device)
+    free = len(complement(edge_index, num_src, num_dst, loops_allowed=True))
+    neg = quiet(negative_sampling, edge_index, size, 40)
+    check_negatives(neg, edge_index, num_src, num_dst, False, min(40, free))
+    # bipartite: self-loop-shaped pairs (i, i) are ordinary candidates
+    if num_src == num_dst:
+        edge_index = edge_index[:, edge_index[0] != edge_index[1]]
+        neg = quiet(negative_sampling, edge_index, size, num_src * num_dst)
+        assert pair_set(neg) == complement(edge_index, num_src, num_dst, True)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("num", [10, 11, 200, 10_000])
+def test_force_undirected(gen, device, num):
+    num_nodes = 25
+    edge_index = random_graph(gen, num_nodes, num_nodes, 120, torch.int64, device)
+    neg = quiet(negative_sampling, edge_index, num_nodes, num, force_undirected=True)
+    half = neg.size(1) // 2
+    assert neg.size(1) % 2 == 0
+    fwd, bwd = neg[:, :half], neg[:, half:]
+    assert torch.equal(fwd, bwd.flip(0)), "columns [k:] must mirror columns [:k]"
+    assert bool((fwd[0] < fwd[1]).all())
+    # neither direction of a sampled pair is an edge (PyG only checks the i < j half)
+    sym = torch.cat([edge_index, edge_index.flip(0)], 1)
+    check_negatives(neg, sym, num_nodes, num_nodes, True)
+    free_pairs = {(min(p), max(p)) for p in complement(sym, num_nodes, num_nodes, False)}
+    assert half == min(num // 2, len(free_pairs))
+
+
+def test_force_undirected_ignored_for_bipartite(gen):
+    edge_index = random_graph(gen, 6, 9, 20)
+    neg = negative_sampling(edge_index, (6, 9), 10, force_undirected=True)
+    check_negatives(neg, edge_index, 6, 9, False, 10)
+
+
+def test_unsorted_duplicate_edges_and_self_loops(gen):
+    edge_index = random_graph(gen, 15, 15, 60)
+    edge_index = torch.cat([edge_index, edge_index[:, :30], torch.arange(5).repeat(2, 1)], 1)
+    edge_index = edge_index[:, torch.randperm(edge_index.size(1), generator=gen)]
+    free = complement(edge_index, 15, 15, False)
+    neg = quiet(negative_sampling, edge_index, 15, 10_000)
+    assert pair_set(neg) == free and neg.size(1) == len(free)
+    # num_neg_samples=None counts input columns, duplicates included (as PyG)
+    neg = negative_sampling(edge_index, 15)
+    check_negatives(neg, edge_index, 15, 15, True, edge_index.size(1))
+
+
+def test_not_sorted_output(gen):
+    edge_index = random_graph(gen, 500, 500, 2000)
+    neg = negative_sampling(edge_index, 500, 2000)
+    keys = neg[0] * 500 + neg[1]
+    assert not bool((keys[1:] >= keys[:-1]).all())
+
+
+# ---------------------------------------------------------------------------------------
+# Uniformity (chi-square, fixed seeds)
+# ---------------------------------------------------------------------------------------
+
+SMALL_EDGES = torch.tensor([[0, 0, 1, 2, 3, 3, 4, 5, 5, 2],
+                            [1, 2, 3, 3, 0, 4, 4, 0, 1, 2]])
+
+
+def _chi2_uniform(counts):
+    counts = torch.as_tensor(counts, dtype=torch.float64)
+    expected = torch.full_like(counts, counts.sum() / counts.numel())
+    return stats.chisquare(counts.numpy(), expected.numpy()).pvalue
+
+
+def _pair_counts(samples, universe):
+    index = {p: i for i, p in enumerate(sorted(universe))}
+    counts = [0] * len(index)
+    for neg in samples:
+        for p in map(tuple, neg.t().tolist()):
+            counts[index[p]] += 1
+    return counts
+
+
+@pytest.mark.parametrize("mode", ["dense_path", "sparse_path", "replace", "first_column"])
+def test_uniform_over_complement(mode):
+    universe = complement(SMALL_EDGES, 6, 6, False)  # 22 pairs
+    gen = make_gen(1234)
+    sampler = NegativeSampler(SMALL_EDGES, 6)
+    num = {"dense_path": 9, "sparse_path": 3, "replace": 7, "first_column": 5}[mode]
+    samples = [sampler.sample(num, replace=(mode == "replace"), generator=gen)
+               for _ in range(1500)]
+    if mode == "first_column":  # the order is uniform too: column 0 is any pair equally
+        samples = [s[:, :1] for s in samples]
+    assert _chi2_uniform(_pair_counts(samples, universe)) > 1e-3
+
+
+def test_uniform_with_forced_top_up(monkeypatch):
+    # force the rare top-up loop: draw only half of the needed i.i.d. ranks each round
+    monkeypatch.setattr(ns_mod, "_iid_draw_count",
+                        lambda want, free: torch.where(want > 0, (want + 1) // 2, want * 0))
+    universe = complement(SMALL_EDGES, 6, 6, False)
+    gen = make_gen(99)
+    sampler = NegativeSampler(SMALL_EDGES, 6)
+    samples = [sampler.sample(4, generator=gen) for _ in range(1500)]
+    for s in samples[:50]:
+        check_negatives(s, SMALL_EDGES, 6, 6, True, 4)
+    assert _chi2_uniform(_pair_counts(samples, universe)) > 1e-3
+    assert _chi2_uniform(_pair_counts([s[:, :1] for s in samples], universe)) > 1e-3
+
+
+def test_uniform_per_source():
+    gen = make_gen(7)
+    sampler = NegativeSampler(SMALL_EDGES, 6, self_loops=False)
+    src = torch.tensor([0, 3, 5])
+    draws = sampler.sample_per_source(src, 3000, generator=gen)
+    edges = pair_set(SMALL_EDGES)
+    for row, i in enumerate(src.tolist()):
+        allowed = [j for j in range(6) if j != i and (i, j) not in edges]
+        counts = torch.bincount(draws[row], minlength=6)
+        assert counts.sum() == counts[allowed].sum()
+        assert _chi2_uniform(counts[allowed]) > 1e-3
+
+
+def test_uniform_batched():
+    gen = make_gen(5)
+    edge_index = torch.cat([SMALL_EDGES, SMALL_EDGES[:, :4] + 6], 1)
+    batch = torch.tensor([0] * 6 + [1] * 6)
+    universe = complement(edge_index, 12, 12, False)
+    universe = {p for p in universe if (p[0] < 6) == (p[1] < 6)}
+    samples = [batched_negative_sampling(edge_index, batch, 4, generator=gen)
+               for _ in range(800)]
+    for first, last in ((0, 6), (6, 12)):  # per graph: complements differ in size
+        part = {p for p in universe if first <= p[0] < last}
+        graph_samples = [s[:, (s[0] >= first) & (s[0] < last)] for s in samples]
+        assert all(s.size(1) == 4 for s in graph_samples)
+        assert _chi2_uniform(_pair_counts(graph_samples, part)) > 1e-3
+
+
+# ---------------------------------------------------------------------------------------
+# Near-complete graphs and tiny inputs
+# ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_complement_smaller_than_asked_warns_and_returns_it_all(device):
+    full = torch.tensor([(i, j) for i in range(6) for j in range(6) if i != j]).t()
+    edge_index = full[:, torch.tensor([c for c in range(full.size(1)) if c % 7 != 3])]
+    edge_index = edge_index.to(device)
+    free = complement(edge_index, 6, 6, False)
+    with pytest.warns(UserWarning, match="negative_sampling: asked for 100"):
+        neg = negative_sampling(edge_index, 6, 100)
+    assert pair_set(neg) == free and neg.size(1) == len(free)
+    with pytest.warns(UserWarning):
+        assert negative_sampling(full.to(device), 6, 5).shape == (2, 0)
+
+
+def test_empty_and_one_node():
+    empty = torch.empty(2, 0, dtype=torch.long)
+    assert negative_sampling(empty).shape == (2, 0)            # N = 0, k = E = 0
+    assert negative_sampling(empty, 5).shape == (2, 0)         # k = E = 0
+    neg = negative_sampling(empty, 5, 20)                      # all 20 pairs of 5 nodes
+    assert pair_set(neg) == complement(empty, 5, 5, False)
+    with pytest.warns(UserWarning):
+        assert negative_sampling(empty, 1, 3).shape == (2, 0)  # one node: no pair at all
+    assert negative_sampling(empty, (1, 1), 1).tolist() == [[0], [0]]
+    assert NegativeSampler(empty, 1).sample_per_source(torch.empty(0, dtype=torch.long),
+                                                       2).shape == (0, 2)
+    i, j, k = structured_negative_sampling(empty, 3)
+    assert i.numel() == j.numel() == k.numel() == 0
+    assert batched_negative_sampling(empty, torch.tensor([0, 0, 1])).shape == (2, 0)
+
+
+def test_large_node_count_no_quadratic_memory(gen):
+    num_nodes = 3_000_000  # N^2 keys = 9e12: any dense mask would need terabytes
+    edge_index = random_graph(gen, num_nodes, num_nodes, 5000)
+    neg = negative_sampling(edge_index, num_nodes, 5000, method="dense")
+    check_negatives(neg, edge_index, num_nodes, num_nodes, True, 5000)
+    neg = negative_sampling(edge_index, num_nodes, 500, force_undirected=True)
+    assert neg.size(1) == 500 and bool((neg[0, :250] < neg[1, :250]).all())
+
+
+# ---------------------------------------------------------------------------------------
+# Reproducibility, EdgeIndex, NegativeSampler
+# ---------------------------------------------------------------------------------------
+
+def test_same_seed_same_output(gen):
+    edge_index = random_graph(gen, 100, 100, 400)
+    a = negative_sampling(edge_index, 100, generator=make_gen(3))
+    b = negative_sampling(edge_index, 100, generator=make_gen(3))
+    assert torch.equal(a, b)
+    torch.manual_seed(11)
+    c = negative_sampling(edge_index, 100)
+    torch.manual_seed(11)
+    assert torch.equal(c, negative_sampling(edge_index, 100))
+    assert not torch.equal(a, negative_sampling(edge_index, 100, generator=make_gen(4)))
+    torch.manual_seed(2)
+    s1 = structured_negative_sampling(edge_index, 100)[2]
+    torch.manual_seed(2)
+    assert torch.equal(s1, structured_negative_sampling(edge_index, 100)[2])
+
+
+def test_method_gives_same_result(gen):
+    edge_index = random_graph(gen, 40, 40, 100)
+    assert torch.equal(negative_sampling(edge_index, 40, method="sparse", generator=make_gen(1)),
+                       negative_sampling(edge_index, 40, method="dense", generator=make_gen(1)))
+
+
+def test_edge_index_input(gen):
+    from torch_geometric import EdgeIndex
+    plain = random_graph(gen, 8, 12, 30)
+    edge_index = EdgeIndex(plain, sparse_size=(8, 12))
+    neg = negative_sampling(edge_index, (8, 12), 20)
+    assert type(neg) is torch.Tensor
+    check_negatives(neg, plain, 8, 12, False, 20)
+    neg = negative_sampling(edge_index)  # num_nodes = max(sparse_size) = 12, as PyG
+    check_negatives(neg, plain, 12, 12, True, 30)
+    assert int(neg.max()) <= 11
+    i, j, k = structured_negative_sampling(EdgeIndex(plain, sparse_size=(12, 12)))
+    assert type(k) is torch.Tensor and k.numel() == 30
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", INDEX_DTYPES, ids=dtype_id)
+def test_sampler_reuse_and_replace(gen, device, dtype):
+    edge_index = random_graph(gen, 40, 30, 300, dtype, device)
+    sampler = NegativeSampler(edge_index, (40, 30))
+    assert "num_nodes=(40, 30)" in repr(sampler)
+    assert sampler.num_negatives == len(complement(edge_index, 40, 30, True))
+    for _ in range(3):
+        check_negatives(sampler.sample(500), edge_index, 40, 30, False, 500)
+    many = sampler.sample(5000, replace=True)
+    assert many.shape == (2, 5000) and many.dtype == dtype
+    edges = pair_set(edge_index)
+    assert not any(p in edges for p in map(tuple, many.t().tolist()))
+    assert sampler.sample(0.5).size(1) == 150
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("self_loops", [False, True])
+def test_sample_per_source(gen, device, self_loops):
+    edge_index = random_graph(gen, 20, 20, 150, torch.int32, device)
+    sampler = NegativeSampler(edge_index, 20, self_loops=self_loops)
+    src = torch.randint(0, 20, (77,), generator=gen).to(device)
+    dst = sampler.sample_per_source(src, 4)
+    assert dst.shape == (77, 4) and dst.dtype == torch.int32
+    edges = pair_set(edge_index)
+    for i, row in zip(src.tolist(), dst.tolist()):
+        for j in row:
+            assert (i, j) not in edges and 0 <= j < 20 and (self_loops or i != j)
+
+
+# ---------------------------------------------------------------------------------------
+# structured and batched
+# ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", INDEX_DTYPES, ids=dtype_id)
+@pytest.mark.parametrize("contains_neg_self_loops", [True, False])
+def test_structured(gen, device, dtype, contains_neg_self_loops):
+    edge_index = random_graph(gen, 30, 30, 200, dtype, device)
+    i, j, k = structured_negative_sampling(edge_index, 30, contains_neg_self_loops)
+    assert torch.equal(i, edge_index[0]) and torch.equal(j, edge_index[1])
+    assert k.shape == (200,) and k.dtype == dtype and k.device == edge_index.device
+    edges = pair_set(edge_index)
+    for a, c in zip(i.tolist(), k.tolist()):
+        assert (a, c) not in edges and (contains_neg_self_loops or a != c)
+
+
+def test_structured_node_connected_to_all():
+    # node 0 -> every other node: infeasible without self-loops, feasible with them
+    edge_index = torch.tensor([[0, 0, 0, 0, 1, 2], [1, 2, 3, 4, 2, 3]])
+    assert not structured_negative_sampling_feasible(edge_index, 5, False)
+    assert structured_negative_sampling_feasible(edge_index, 5, True)
+    with pytest.raises(ValueError, match="structured_negative_sampling: node 0 is connected"):
+        structured_negative_sampling(edge_index, 5, contains_neg_self_loops=False)
+    i, j, k = structured_negative_sampling(edge_index, 5, contains_neg_self_loops=True)
+    assert bool((k[:4] == 0).all())  # the only negative of node 0 is its self-loop
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_feasible_matches_pyg(seed):
+    gen = make_gen(seed)
+    num_nodes = 6
+    edge_index = random_graph(gen, num_nodes, num_nodes, 40)
+    for loops in (True, False):
+        assert (structured_negative_sampling_feasible(edge_index, num_nodes, loops)
+                == pyg_utils.structured_negative_sampling_feasible(edge_index, num_nodes,
+                                                                   loops))
+
+
+def _per_graph_check(neg, edge_index, ptr_src, ptr_dst, bipartite, expected_counts):
+    graph = torch.bucketize(neg[0], ptr_src[1:], right=True)
+    assert torch.equal(torch.bucketize(neg[1], ptr_dst[1:], right=True), graph)
+    assert bool((graph[1:] >= graph[:-1]).all()), "graphs must come in order"
+    assert torch.bincount(graph, minlength=len(expected_counts)).tolist() == expected_counts
+    check_negatives(neg, edge_index, int(ptr_src[-1]), int(ptr_dst[-1]), not bipartite)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("num", [None, 3, 0.5, 400])
+def test_batched(gen, device, num):
+    sizes = [5, 1, 9, 3, 12]
+    parts, ptr = [], [0]
+    for n in sizes:
+        parts.append(random_graph(gen, n, n, 3 * n) + ptr[-1])
+        ptr.append(ptr[-1] + n)
+    edge_index = torch.cat(parts, 1).to(device)
+    batch = torch.repeat_interleave(torch.arange(len(sizes)), torch.tensor(sizes)).to(device)
+    neg = quiet(batched_negative_sampling, edge_index, batch, num)
+    expected = []
+    for b, n in enumerate(sizes):
+        e = parts[b].size(1)
+        k = e if num is None else (int(num * e) if isinstance(num, float) else num)
+        free = len(complement(parts[b] - ptr[b], n, n, False))
+        expected.append(min(k, free))
+    ptr_t = torch.tensor(ptr, device=device)
+    _per_graph_check(neg, edge_index, ptr_t, ptr_t, False, expected)
+
+    und = quiet(batched_negative_sampling, edge_index, batch, 6, force_undirected=True)
+    graph = torch.bucketize(und[0], ptr_t[1:], right=True)
+    for b in range(len(sizes)):
+        cols = und[:, graph == b]
+        half = cols.size(1) // 2
+        assert torch.equal(cols[:, :half], cols[:, half:].flip(0))
+
+
+def test_batched_bipartite_and_unsorted_batch(gen):
+    # PyG's docstring example layout: 3 graphs of 2 sources x 4 destinations
+    e1 = torch.tensor([[0, 0, 1, 1], [0, 1, 2, 3]])
+    edge_index = torch.cat([e1, e1 + torch.tensor([[2], [4]]), e1 + torch.tensor([[4], [8]])], 1)
+    src_batch = torch.tensor([0, 0, 1, 1, 2, 2])
+    dst_batch = torch.tensor([0] * 4 + [1] * 4 + [2] * 4)
+    neg = batched_negative_sampling(edge_index, (src_batch, dst_batch))
+    _per_graph_check(neg, edge_index, torch.tensor([0, 2, 4, 6]), torch.tensor([0, 4, 8, 12]),
+                     True, [4, 4, 4])
+    # interleaved graphs (PyG requires contiguous ones): still inside each graph
+    batch = torch.tensor([0, 1, 0, 1, 0, 1, 0, 1])
+    edge_index = torch.tensor([[0, 2, 1, 3, 4], [2, 4, 3, 5, 6]])
+    neg = quiet(batched_negative_sampling, edge_index, batch, 20)
+    check_negatives(neg, edge_index, 8, 8, True)
+    assert bool((batch[neg[0]] == batch[neg[1]]).all())
+    assert neg.size(1) == 2 * 12 - edge_index.size(1)
+
+
+# ---------------------------------------------------------------------------------------
+# Against PyG's own functions: same shapes, dtype, and PyG's guarantees hold on ours
+# ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("seed", range(4))
+def test_against_pyg(seed):
+    gen = make_gen(seed)
+    edge_index = pyg_utils.to_undirected(random_graph(gen, 40, 40, 150))
+    for kwargs in ({}, {"num_nodes": 40}, {"num_nodes": (40, 50)}, {"num_neg_samples": 0.7},
+                   {"force_undirected": True}, {"num_neg_samples": 33}):
+        ours = negative_sampling(edge_index, **kwargs)
+        theirs = pyg_utils.negative_sampling(edge_index, **kwargs)
+        assert ours.dtype == theirs.dtype
+        assert ours.size(0) == theirs.size(0) == 2
+        assert ours.size(1) >= theirs.size(1)   # PyG may come back short, we never do
+        if kwargs.get("force_undirected"):
+            assert pyg_utils.is_undirected(ours) and pyg_utils.is_undirected(theirs)
+        if not isinstance(kwargs.get("num_nodes"), tuple):  # bipartite (i, i) is fine
+            assert not pyg_utils.contains_self_loops(ours)
+    i, j, k = structured_negative_sampling(edge_index, 40, False)
+    pi, pj, pk = pyg_utils.structured_negative_sampling(edge_index, 40, False)
+    assert torch.equal(i, pi) and torch.equal(j, pj) and k.shape == pk.shape
+    assert k.dtype == pk.dtype
+    batch = torch.repeat_interleave(torch.arange(2), 20)
+    local = edge_index[:, (edge_index < 20).all(0) | (edge_index >= 20).all(0)]
+    assert (batched_negative_sampling(local, batch).shape
+            == pyg_utils.batched_negative_sampling(local, batch).shape)
+
+
+# ---------------------------------------------------------------------------------------
+# Bad input
+# ---------------------------------------------------------------------------------------
+
+GOOD = torch.tensor([[0, 1, 2], [1, 2, 3]])
+
+
+@pytest.mark.parametrize("call, error, match", [
+    (lambda: negative_sampling([[0, 1], [1, 0]]), TypeError, "edge_index must be a torch.Tensor"),
+    (lambda: negative_sampling(GOOD[0]), ValueError, r"edge_index must have shape \[2, E\]"),
+    (lambda: negative_sampling(GOOD.t()), ValueError, r"edge_index must have shape \[2, E\]"),
+    (lambda: negative_sampling(GOOD.float()), TypeError, "edge_index must be int32 or int64"),
+    (lambda: negative_sampling(GOOD, 3), IndexError, "num_nodes must be at least max index"),
+    (lambda: negative_sampling(GOOD, (4, 3)), IndexError, "destination index 3"),
+    (lambda: negative_sampling(GOOD - 1), IndexError, "negative index"),
+    (lambda: negative_sampling(GOOD, -4), ValueError, "num_nodes must be >= 0"),
+    (lambda: negative_sampling(GOOD, (4, 4, 4)), ValueError, "num_nodes must be an int or a pair"),
+    (lambda: negative_sampling(GOOD, 4.0), TypeError, "num_nodes must be an int"),
+    (lambda: negative_sampling(GOOD, 4, -1), ValueError, "num_neg_samples must be >= 0"),
+    (lambda: negative_sampling(GOOD, 4, -0.5), ValueError, "num_neg_samples as a ratio"),
+    (lambda: negative_sampling(GOOD, 4, float("nan")), ValueError, "num_neg_samples as a ratio"),
+    (lambda: negative_sampling(GOOD, 4, "3"), TypeError, "num_neg_samples must be an int"),
+    (lambda: negative_sampling(GOOD, 4, True), TypeError, "num_neg_samples must be an int"),
+    (lambda: negative_sampling(GOOD, method="fast"), ValueError, "method must be 'sparse'"),
+    (lambda: negative_sampling(GOOD, generator=3), TypeError, "generator must be a torch.Generator"),
+    (lambda: NegativeSampler(GOOD, 4).sample(-2), ValueError, "NegativeSampler: num_neg_samples"),
+    (lambda: NegativeSampler(GOOD, 4).sample_per_source(GOOD[0], -1), ValueError, "k must be >= 0"),
+    (lambda: NegativeSampler(GOOD, 4).sample_per_source(GOOD, 1), ValueError, r"src_index must have shape \[S\]"),
+    (lambda: NegativeSampler(GOOD, 4).sample_per_source(torch.tensor([4]), 1), IndexError, "src_index holds 4"),
+    (lambda: NegativeSampler(GOOD, 4).sample_per_source(torch.tensor([0.0])), TypeError, "src_index must be int32"),
+    (lambda: structured_negative_sampling(GOOD, (4, 4)), TypeError, "num_nodes must be an int"),
+    (lambda: batched_negative_sampling(GOOD, torch.tensor([0, 0, 1, 1])), ValueError, "between two different graphs"),
+    (lambda: batched_negative_sampling(GOOD, torch.tensor([0, 0, 0])), IndexError, "num_nodes must be at least"),
+    (lambda: batched_negative_sampling(GOOD, torch.tensor([0, 0, -1, 0])), ValueError, "negative graph id"),
+    (lambda: batched_negative_sampling(GOOD, [1, 2, 3]), TypeError, "batch must be"),
+    (lambda: negative_sampling(torch.zeros(2, 1, dtype=torch.long), 2 ** 32), ValueError, "2\\*\\*62"),
+])
+def test_bad_input(call, error, match):
+    with pytest.raises(error, match=match):
+        call()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA is not available")
+def test_generator_on_wrong_device():
+    with pytest.raises(ValueError, match="generator must be on edge_index's device"):
+        negative_sampling(GOOD.cuda(), generator=torch.Generator())
