@@ -1,10 +1,10 @@
-"""benchmarks/bench_edge_dot.py runs end to end on the CPU and writes a well-formed JSON and PNG.
+"""The benchmarks run end to end on the CPU and write well-formed JSON and PNG files.
 
 These tests never assert on times: only on the structure of the results, the statuses and the
-correctness checks the script makes. The script runs in a subprocess, as a user would run it;
-its helpers are also imported and exercised directly on the CPU.
+correctness checks the scripts make. benchmarks/bench_edge_dot.py and bench_beyond.py run in a
+subprocess, as a user would run them; their modules (benchmarks/_*.py) are also imported and
+exercised directly on the CPU.
 """
-import importlib.util
 import json
 import math
 import subprocess
@@ -18,6 +18,12 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "bench_edge_dot.py"
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import _peers  # noqa: E402
+import _report  # noqa: E402
+import _runner  # noqa: E402
+import _timing  # noqa: E402
+import _workloads  # noqa: E402
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 STATUSES = {"ok", "oom", "error", "n/a"}
 PYG_METHODS = {"pyg_edgedot", "pyg_edgedot_novalidate", "pyg_edgedot_deterministic"}
@@ -28,15 +34,6 @@ def run_script(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:
                           text=True, timeout=timeout)
     assert proc.returncode == 0, (proc.stdout[-5000:], proc.stderr[-5000:])
     return proc
-
-
-@pytest.fixture(scope="module")
-def bench():
-    spec = importlib.util.spec_from_file_location("bench_edge_dot", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_edge_dot"] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope="module")
@@ -176,9 +173,9 @@ def test_floors_table():
 
 # ---- the helpers, on the CPU ----------------------------------------------------------------
 
-def test_floors_arithmetic(bench):
-    wl = bench.Workload("T", 10, 20, 100, 8)
-    f = bench.floors(wl, 1.0)
+def test_floors_arithmetic():
+    wl = _workloads.Workload("T", 10, 20, 100, 8)
+    f = _workloads.floors(wl, 1.0)
     assert f["gather_bytes"] == 2 * 100 * 8 * 4
     assert f["fwd_bytes"] == 2 * 100 * 8 * 4 + 2 * 100 * 8 + 100 * 4
     per_grad = 100 * 8 * 4 + 2 * 100 * 8 + 100 * 4
@@ -187,8 +184,8 @@ def test_floors_arithmetic(bench):
     assert f["fwd_ms"] == pytest.approx(f["fwd_bytes"] / 1e9 * 1e3)
 
 
-def test_time_reps_and_peak_memory_on_cpu(bench):
-    b = bench.Bench(torch.device("cpu"), flush_bytes=1 << 20)
+def test_time_reps_and_peak_memory_on_cpu():
+    b = _timing.Bench(torch.device("cpu"), flush_bytes=1 << 20)
     calls = {"before": 0, "fn": 0}
 
     def before():
@@ -211,10 +208,10 @@ def test_time_reps_and_peak_memory_on_cpu(bench):
     assert bw["gbps"] > 0 and bw["bytes"] == 4 << 20
 
 
-def test_build_csr_merges_duplicates(bench):
+def test_build_csr_merges_duplicates():
     src = torch.tensor([2, 0, 2, 1, 0, 2])
     dst = torch.tensor([1, 3, 1, 0, 2, 0])  # (2, 1) twice
-    csr, inverse = bench.build_csr(src, dst, 3, 4, torch.float32)
+    csr, inverse = _workloads.build_csr(src, dst, 3, 4, torch.float32)
     assert csr._nnz() == 5 and inverse.shape == (6,)
     assert csr.crow_indices().tolist() == [0, 2, 3, 5]
     assert csr.col_indices().tolist() == [2, 3, 0, 0, 1]
@@ -224,39 +221,39 @@ def test_build_csr_merges_duplicates(bench):
     torch.testing.assert_close(out.values()[inverse], expected)
 
 
-def test_sort_by_source_permutes_grad(bench):
+def test_sort_by_source_permutes_grad():
     ei = torch.tensor([[2, 0, 2, 1], [1, 3, 0, 0]])
     grad = torch.tensor([10.0, 11.0, 12.0, 13.0])
-    sorted_ei, sorted_grad = bench.sort_by_source(ei, grad, 4)
+    sorted_ei, sorted_grad = _workloads.sort_by_source(ei, grad, 4)
     assert sorted_ei.tolist() == [[0, 1, 2, 2], [3, 0, 0, 1]]
     assert sorted_grad.tolist() == [11.0, 13.0, 12.0, 10.0]
 
 
-def test_deterministic_context_restores_the_flag(bench):
+def test_deterministic_context_restores_the_flag():
     before = torch.are_deterministic_algorithms_enabled()
-    with bench.deterministic_algorithms():
+    with _peers.deterministic_algorithms():
         assert torch.are_deterministic_algorithms_enabled()
     assert torch.are_deterministic_algorithms_enabled() == before
     with pytest.raises(RuntimeError):
-        with bench.deterministic_algorithms():
+        with _peers.deterministic_algorithms():
             raise RuntimeError("boom")
     assert torch.are_deterministic_algorithms_enabled() == before
 
 
-def test_normalised_error(bench):
+def test_normalised_error():
     ref = torch.tensor([1.0, -2.0], dtype=torch.float64)
     abs_sum = torch.tensor([2.0, 4.0], dtype=torch.float64)
-    assert bench.normalised_error(torch.tensor([1.0, -2.0]), ref, abs_sum) == 0.0
-    assert bench.normalised_error(torch.tensor([1.5, -2.0]), ref, abs_sum) == pytest.approx(0.25)
-    assert bench.normalised_error(torch.tensor([float("nan"), -2.0]), ref, abs_sum) == math.inf
+    assert _workloads.normalised_error(torch.tensor([1.0, -2.0]), ref, abs_sum) == 0.0
+    assert _workloads.normalised_error(torch.tensor([1.5, -2.0]), ref, abs_sum) == pytest.approx(0.25)
+    assert _workloads.normalised_error(torch.tensor([float("nan"), -2.0]), ref, abs_sum) == math.inf
 
 
-def test_reference_catches_wrong_scores_and_grads(bench):
-    wl = bench.Workload("T", 30, 20, 400, 8)
-    x_src, x_dst, ei, grad = bench.make_inputs(wl, torch.device("cpu"))
-    case = bench.Case(wl, "random", x_src, x_dst, ei, grad)
-    ref = bench.Reference(case, num_edges=64, num_rows=8)
-    out = bench.eager_scores(x_src, x_dst, case.src, case.dst)
+def test_reference_catches_wrong_scores_and_grads():
+    wl = _workloads.Workload("T", 30, 20, 400, 8)
+    x_src, x_dst, ei, grad = _workloads.make_inputs(wl, torch.device("cpu"))
+    case = _workloads.Case(wl, "random", x_src, x_dst, ei, grad)
+    ref = _workloads.Reference(case, num_edges=64, num_rows=8)
+    out = _peers.eager_scores(x_src, x_dst, case.src, case.dst)
     assert ref.check_scores(out) <= ref.tol
     assert ref.check_scores(out.roll(1)) > 1e-2
     out.backward(grad)
@@ -297,8 +294,8 @@ def fake_cuda(monkeypatch):
     return allocated
 
 
-def test_cuda_branches_of_the_helpers(bench, fake_cuda):
-    b = bench.Bench(torch.device("cuda"), flush_bytes=0)
+def test_cuda_branches_of_the_helpers(fake_cuda):
+    b = _timing.Bench(torch.device("cuda"), flush_bytes=0)
     assert b.is_cuda and "max_memory_allocated" in b.memory_kind
     before = []
     times = b.time_reps(lambda: time.sleep(0.002), lambda: before.append(1), 3)
@@ -311,20 +308,20 @@ def test_cuda_branches_of_the_helpers(bench, fake_cuda):
     assert peak == 5000 and seconds >= 0
     b.free(collect=True)
 
-    info = bench.device_info(torch.device("cuda"))
+    info = _report.device_info(torch.device("cuda"))
     assert info["name"] == "NVIDIA H200" and info["capability"] == "9.0"
-    path = bench.default_out_path(info["name"], "cuda", quick=False)
-    assert path.parent == bench.RESULTS_DIR and path.name.startswith("h200_")
-    assert bench.default_out_path("cpu", "cpu", quick=True).name.startswith("cpu_quick_")
+    path = _report.default_out_path(info["name"], "cuda", quick=False)
+    assert path.parent == _report.RESULTS_DIR and path.name.startswith("h200_")
+    assert _report.default_out_path("cpu", "cpu", quick=True).name.startswith("cpu_quick_")
 
 
-def test_giant_is_skipped_when_the_gpu_lacks_memory(bench, fake_cuda, tmp_path):
-    b = bench.Bench(torch.device("cuda"), flush_bytes=0)
+def test_giant_is_skipped_when_the_gpu_lacks_memory(fake_cuda, tmp_path):
+    b = _timing.Bench(torch.device("cuda"), flush_bytes=0)
     doc = {"giant": None, "skipped": [], "results": []}
-    run = bench.Run(b, bench.Options(), doc, tmp_path / "r.json", time_budget=None)
-    run_giant_spec = bench.GIANT["cuda"]
+    run = _runner.Run(b, _timing.Options(), doc, tmp_path / "r.json", time_budget=None)
+    run_giant_spec = _workloads.GIANT["cuda"]
     assert run_giant_spec.num_edges == 2**31 + 1 and run_giant_spec.index_dtype == "int32"
-    bench.run_giant(run, run_giant_spec)  # 8 GiB free (faked) < ~30 GB needed
+    _runner.run_giant(run, run_giant_spec)  # 8 GiB free (faked) < ~30 GB needed
     assert doc["giant"]["status"] == "skipped" and "GB free" in doc["giant"]["message"]
     assert json.loads((tmp_path / "r.json").read_text())["giant"]["status"] == "skipped"
 
