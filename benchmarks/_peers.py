@@ -1,12 +1,13 @@
 """The methods benchmarks/bench_edge_dot.py compares: pyg_edgedot (three settings), PyG's eager
 expression, torch.compile of it, and cuSPARSE's sampled_addmm with and without its CSR build."""
 import contextlib
-from typing import Optional, Tuple
+from typing import Callable, Optional, Tuple
 
 import torch
 
 from _timing import Bench
 from _workloads import Case, Workload, build_csr
+
 
 def eager_scores(x_src, x_dst, src, dst):
     """PyG's eager edge scoring (InnerProductDecoder without the sigmoid)."""
@@ -50,6 +51,21 @@ class Method:
 
     def note(self, case: Case) -> str:
         return ""
+
+    def phase_call(self, case: Case, phase: str) -> Callable[[], torch.Tensor]:
+        """One call of a phase: 'fwd' under no_grad, or 'fwdbwd' (forward, then
+        out.backward(case.grad) into both inputs' .grad); returns the output."""
+        if phase == "fwd":
+            def fwd() -> torch.Tensor:
+                with torch.no_grad():
+                    return self.forward(case)
+            return fwd
+
+        def fwd_bwd() -> torch.Tensor:
+            out = self.forward(case)
+            out.backward(case.grad)
+            return out
+        return fwd_bwd
 
 
 class PygEdgeDot(Method):

@@ -11,6 +11,7 @@ from typing import Any, Dict, List, Optional
 
 import torch
 
+from _host import format_host_table
 from _peers import METHOD_KEYS
 from _workloads import GB, MB
 
@@ -128,7 +129,11 @@ def format_table(records: List[Dict[str, Any]], doc: Dict[str, Any],
 
 
 def format_report(doc: Dict[str, Any]) -> str:
-    parts = [format_table(doc["results"], doc, header=True)]
+    parts = [table_header(doc)]
+    if doc.get("host_overhead"):
+        parts += ["", format_host_table(doc["host_overhead"])]
+    if "peers" in doc["settings"].get("sections", ["peers"]):
+        parts += ["", format_table(doc["results"], doc)]
     g = doc.get("giant")
     if g:
         head = (f"giant check: E={g['num_edges']:,}{' (scaled down)' if g['scaled_down'] else ''}"

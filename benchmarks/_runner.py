@@ -29,17 +29,12 @@ def run_phase(bench: Bench, case: Case, method: Method, phase: str, ref: Referen
     """One phase ('fwd' or 'fwdbwd') of one method on one case: measured, checked, logged."""
     inject = _should_inject(opts, method, case, phase)
     slot: Dict[str, Any] = {}
+    phase_call = method.phase_call(case, phase)
 
     def call() -> None:
         if inject:
             raise OutOfMemoryError("injected by --inject-oom (test of the OOM path)")
-        if phase == "fwd":
-            with torch.no_grad():
-                slot["out"] = method.forward(case)
-        else:
-            out = method.forward(case)
-            out.backward(case.grad)
-            slot["out"] = out
+        slot["out"] = phase_call()
 
     def before() -> None:  # outside the timed region
         slot.clear()

@@ -20,6 +20,17 @@ Methods (``--methods``, comma-separated keys):
   cusparse_sort               the same including the CSR build (torch.unique = sort + dedupe)
                               and the gather back to edge order; random order only
 
+Sections (``--sections``, default ``host,peers``):
+
+  host     first, the host-overhead table at W1 (Q1 with --quick; W1 on the CPU too): per
+           call, the host's wall time over 50 back-to-back calls without a synchronize, the
+           GPU's time (CUDA events around calls queued behind a GPU sleep) and the kernels'
+           time (torch.profiler), for pyg_edgedot (validate=True and False), eager and
+           torch.compile, forward and forward + backward; JSON key "host_overhead". How each
+           column is measured: benchmarks/_host.py. On the CPU, host time only.
+  peers    the table below: every workload x edge order x method, then the giant check and
+           the sampled_addmm probe; JSON keys "results", "giant", "sampled_addmm_probe".
+
 Workloads: W1-W7 on CUDA (W1-W6 in 'random' and 'sorted' edge order, W7 random only), C1-C2 with
 ``--device cpu``, Q1-Q2 with ``--quick``; plus 'giant', one forward call over 2^31 + 1 edges
 (int32 indices, bf16, D=64) checked against a float64 reference on 4096 sampled edges (scaled
@@ -56,8 +67,9 @@ compile its kernels once per machine); what was skipped is listed. Examples::
     python benchmarks/bench_edge_dot.py --workloads W1,W3 --methods pyg_edgedot,eager
     python benchmarks/bench_edge_dot.py --device cpu          # CPU sizes
     python benchmarks/bench_edge_dot.py --quick               # tiny sizes, a smoke test
+    python benchmarks/bench_edge_dot.py --sections host       # the host-overhead table only
     python benchmarks/bench_edge_dot.py --floors              # the floor table for NOTES.md
-    python benchmarks/bench_edge_dot.py --from-json benchmarks/results/h200_20250101.json
+    python benchmarks/bench_edge_dot.py --from-json benchmarks/results/h200.json
 """
 import argparse
 import datetime as _dt
@@ -72,6 +84,7 @@ from typing import Any, Dict, List
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _host import format_host_table, run_host_overhead  # noqa: E402
 from _peers import METHOD_KEYS, METHODS  # noqa: E402
 from _report import (default_out_path, device_info, format_report, plot,  # noqa: E402
                      software_info, table_header)
@@ -81,6 +94,8 @@ from _workloads import (DEFAULT_WORKLOADS, GB, GIANT, H200_COPY_GBPS,  # noqa: E
                         WORKLOADS, floors_markdown)
 
 SCHEMA = "pyg_edgedot-bench/1"
+SECTIONS = ["host", "peers"]
+HOST_WORKLOAD = {"cuda": "W1", "quick": "Q1"}  # W1 on the CPU too: it is small
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -95,6 +110,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--methods", default=",".join(METHOD_KEYS),
                    help=f"comma-separated, from {', '.join(METHOD_KEYS)}")
     p.add_argument("--orders", default="random,sorted", help="random,sorted")
+    p.add_argument("--sections", default=",".join(SECTIONS),
+                   help="comma-separated, from host (the host-overhead table at W1, Q1 with "
+                        "--quick; first), peers (the workloads x methods table, the giant "
+                        "check and the sampled_addmm probe); default: both")
     p.add_argument("--reps", type=int, default=None,
                    help="timed repetitions (default: adapted to ~0.4 s per measurement)")
     p.add_argument("--warmups", type=int, default=3)
@@ -148,6 +167,9 @@ def main(argv=None) -> int:
         names = [n for n in names if n != "giant"]
     method_keys = _split(args.methods, METHOD_KEYS, "method")
     orders = _split(args.orders, ["random", "sorted"], "order")
+    sections = _split(args.sections, SECTIONS, "section")
+    if "peers" not in sections:
+        names = []
 
     print("importing pyg_edgedot (the first import on a machine compiles its kernels)...",
           flush=True)
@@ -177,7 +199,7 @@ def main(argv=None) -> int:
         "finished": False, "command": [sys.executable] + sys.argv, "mode": mode,
         "device": info, "software": software_info(),
         "pyg_edgedot": {"backends": pyg_edgedot.backends()},
-        "settings": {"workloads": names, "methods": method_keys, "orders": orders,
+        "settings": {"sections": sections, "workloads": names, "methods": method_keys, "orders": orders,
                      "warmups": opts.warmups, "reps": opts.reps, "min_reps": opts.min_reps,
                      "max_reps": opts.max_reps, "target_s_per_measurement": opts.target_s,
                      "flush_bytes": flush_bytes,
@@ -188,7 +210,8 @@ def main(argv=None) -> int:
                                "grads of x_src and x_dst",
                      "features": "separate x_src and x_dst (same N unless bipartite)",
                      "sorted_order": "same edges sorted by (src, dst); grad permuted alike"},
-        "copy_bandwidth": None, "results": [], "giant": None, "sampled_addmm_probe": None,
+        "copy_bandwidth": None, "host_overhead": None, "results": [], "giant": None,
+        "sampled_addmm_probe": None,
         "skipped": [], "aborted": None,
     }
     budget = args.time_budget
@@ -206,6 +229,14 @@ def main(argv=None) -> int:
 
     methods = [cls(bench) for cls in METHODS if cls.key in method_keys]
     gc.freeze()  # what exists now is never garbage: keeps later collections short
+    if "host" in sections and not run.over_budget("host"):
+        host_wl = WORKLOADS[HOST_WORKLOAD["quick" if args.quick else "cuda"]]
+        doc["host_overhead"] = run_host_overhead(bench, host_wl, methods, run.log)
+        bench.free(collect=True)
+        run.save()
+        print(format_host_table(doc["host_overhead"]), flush=True)
+        if any(r.get("fatal") for r in doc["host_overhead"]["rows"]):
+            doc["aborted"] = "a fatal device error in the host-overhead section"
     for name in names:
         if doc["aborted"]:
             break
@@ -226,7 +257,8 @@ def main(argv=None) -> int:
         if failed:  # outside the except block: the traceback and its tensors are gone now
             bench.free(collect=True)
             run.save()
-    if not doc["aborted"] and {"cusparse", "cusparse_sort"} & set(method_keys):
+    if not doc["aborted"] and "peers" in sections and {"cusparse", "cusparse_sort"} & set(
+            method_keys):
         # Last: if cuSPARSE mishandled invariant-violating input, nothing else is lost.
         doc["sampled_addmm_probe"] = probe_sampled_addmm(bench)
     doc["finished"] = not doc["aborted"]

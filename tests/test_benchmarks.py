@@ -19,6 +19,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "bench_edge_dot.py"
 sys.path.insert(0, str(ROOT / "benchmarks"))
+import _host  # noqa: E402
 import _peers  # noqa: E402
 import _report  # noqa: E402
 import _runner  # noqa: E402
@@ -52,7 +53,7 @@ def _phases(method):
 def test_quick_run_json_structure(quick_run):
     doc, _, _ = quick_run
     for key in ("schema", "created", "finished", "command", "device", "software",
-                "pyg_edgedot", "settings", "copy_bandwidth", "results", "giant",
+                "pyg_edgedot", "settings", "copy_bandwidth", "host_overhead", "results", "giant",
                 "sampled_addmm_probe", "skipped", "aborted"):
         assert key in doc, key
     assert doc["finished"] is True and doc["aborted"] is None and doc["skipped"] == []
@@ -157,10 +158,42 @@ def test_time_budget_stops_new_workloads(tmp_path):
                       "--methods", "pyg_edgedot,eager")
     doc = json.loads(out.read_text())
     assert doc["results"] == []
-    assert [s["what"] for s in doc["skipped"]] == ["Q1", "Q2", "giant"]
+    assert doc["host_overhead"] is None
+    assert [s["what"] for s in doc["skipped"]] == ["host", "Q1", "Q2", "giant"]
     assert all("time budget" in s["reason"] for s in doc["skipped"])
     assert "SKIPPED" in proc.stdout
     assert out.with_suffix(".png").read_bytes()[:8] == PNG_MAGIC
+
+
+def test_quick_run_host_overhead(quick_run):
+    """The host-overhead section ran first, at Q1, for every method it covers; CPU: host only."""
+    doc, _, proc = quick_run
+    host = doc["host_overhead"]
+    assert host["workload"] == "Q1" and host["calls"] >= 1 and host["rounds"] >= 1
+    rows = {(r["method"], r["phase"]): r for r in host["rows"]}
+    assert set(rows) == {(m, p) for m in ("pyg_edgedot", "pyg_edgedot_novalidate", "eager",
+                                          "compile") for p in ("fwd", "fwdbwd")}
+    for r in rows.values():
+        assert r["status"] == "ok", r
+        assert r["host_us"] > 0 and r["host_us_min"] <= r["host_us"]
+        assert r["gpu_us"] is None and r["kernel_us"] is None and r["kernels_per_call"] is None
+    assert "host overhead at Q1" in proc.stdout
+    assert proc.stdout.index("host overhead at Q1") < proc.stdout.index("Q1/random")
+
+
+def test_host_section_alone(tmp_path):
+    out = tmp_path / "host.json"
+    proc = run_script("--device", "cpu", "--quick", "--sections", "host", "--methods",
+                      "pyg_edgedot_novalidate,eager", "--out", str(out))
+    doc = json.loads(out.read_text())
+    assert doc["settings"]["sections"] == ["host"]
+    assert doc["results"] == [] and doc["giant"] is None and doc["finished"] is True
+    assert [(r["method"], r["phase"]) for r in doc["host_overhead"]["rows"]] == [
+        ("pyg_edgedot_novalidate", "fwd"), ("pyg_edgedot_novalidate", "fwdbwd"),
+        ("eager", "fwd"), ("eager", "fwdbwd")]
+    assert "pyg_edgedot validate=False" in proc.stdout and "xE fwd" not in proc.stdout
+    again = run_script("--from-json", str(out), "--plot", str(tmp_path / "again.png"))
+    assert "host overhead at Q1" in again.stdout
 
 
 def test_floors_table():
@@ -271,6 +304,9 @@ class FakeEvent:
     def record(self) -> None:
         self.t = time.perf_counter()
 
+    def query(self) -> bool:
+        return self.t is not None
+
     def elapsed_time(self, end: "FakeEvent") -> float:
         return (end.t - self.t) * 1e3
 
@@ -282,6 +318,7 @@ def fake_cuda(monkeypatch):
     allocated = {"now": 1000, "peak": 1000}
     monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    monkeypatch.setattr(torch.cuda, "_sleep", lambda cycles: time.sleep(1e-4))
     monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: allocated["now"])
     monkeypatch.setattr(torch.cuda, "max_memory_allocated",
                         lambda device=None: allocated["peak"])
@@ -313,6 +350,29 @@ def test_cuda_branches_of_the_helpers(fake_cuda):
     path = _report.default_out_path(info["name"], "cuda", quick=False)
     assert path.parent == _report.RESULTS_DIR and path.name.startswith("h200_")
     assert _report.default_out_path("cpu", "cpu", quick=True).name.startswith("cpu_quick_")
+
+
+@pytest.mark.filterwarnings("ignore:CUDA is not available")
+def test_host_row_cuda_branches(fake_cuda):
+    """measure_row's GPU columns, with the clocks faked (the tensors stay on the CPU)."""
+    b = _timing.Bench(torch.device("cuda"), flush_bytes=0)
+    wl = _workloads.WORKLOADS["Q1"]
+    x_src, x_dst, ei, grad = _workloads.make_inputs(wl, torch.device("cpu"))
+    case = _workloads.Case(wl, "random", x_src, x_dst, ei, grad)
+    row = _host.measure_row(b, _peers.Eager(b), case, "fwdbwd", calls=4, rounds=2)
+    assert row["status"] == "ok" and row["host_us"] > 0 and row["gpu_us"] > 0
+    # FakeEvent.query is True once recorded: 'the GPU caught up', so the span is marked.
+    assert row["gpu_span_host_bound"] is True
+    assert (row["kernel_us"] is None) == ("profiler_error" in row)
+    assert x_src.grad is None  # cleared after the measurement
+    table = _host.format_host_table({
+        "workload": "Q1", "num_src": 64, "num_dst": 48, "num_edges": 512, "dim": 16,
+        "dtype": "float32", "calls": 4, "rounds": 2,
+        "rows": [dict(row, method="eager", label="PyG eager", phase="fwdbwd"),
+                 {"status": "oom", "message": "x", "method": "eager", "label": "PyG eager",
+                  "phase": "fwd"}]})
+    line = next(ln for ln in table.splitlines() if ln.startswith("PyG eager"))
+    assert "OOM" in line and "*" in line
 
 
 def test_giant_is_skipped_when_the_gpu_lacks_memory(fake_cuda, tmp_path):
@@ -349,6 +409,8 @@ def test_bench_beyond_quick_cpu(tmp_path):
         assert rec["ranks_equal_to_ogb_batched"] >= 0.99
     for rec in by_section["candidates"]:
         assert rec["status"] == "ok" and rec["max_abs_diff_vs_edge_dot"] <= 1e-2
+        # The shared _timing.measure record.
+        assert {"ms", "min_ms", "max_ms", "reps", "warmups", "peak_extra_bytes"} <= set(rec)
     phases = {(r["method"], r["phase"]) for r in by_section["distmult"]}
     assert phases == {(m, p) for m in ("pyg_edgedot", "eager", "compile")
                       for p in ("fwd", "fwd+bwd")}
