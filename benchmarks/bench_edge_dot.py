@@ -231,7 +231,8 @@ def main(argv=None) -> int:
     gc.freeze()  # what exists now is never garbage: keeps later collections short
     if "host" in sections and not run.over_budget("host"):
         host_wl = WORKLOADS[HOST_WORKLOAD["quick" if args.quick else "cuda"]]
-        doc["host_overhead"] = run_host_overhead(bench, host_wl, methods, run.log)
+        calls = dict(calls=10, rounds=3) if args.quick else {}
+        doc["host_overhead"] = run_host_overhead(bench, host_wl, methods, run.log, **calls)
         bench.free(collect=True)
         run.save()
         print(format_host_table(doc["host_overhead"]), flush=True)
