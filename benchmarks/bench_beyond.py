@@ -26,14 +26,17 @@ Sections (``--sections``, comma-separated):
               fp32, R = 16 relations): pyg_edgedot.edge_dot(..., rel, edge_type) against
               eager and torch.compile of that expression; forward, and forward + backward
               (gradients of x and rel).
-  triton      the Triton path (pyg_edgedot._triton, used when nvcc is missing) against the
-              CUDA extension at W3 (E = 30M, D = 128 fp32): forward, and forward + backward,
-              the latter also with backward variants (module knobs of _triton: gradients and
-              gather indices permuted into sorted order first or not; warps per row program).
+  triton      the Triton path (what CUDA tensors take without nvcc) against the CUDA
+              extension at W3 (E = 30M, D = 128 fp32): forward, and forward + backward,
+              through the public ``edge_dot``. Where this process has the CUDA extension,
+              the Triton rows come from a child process run with PYG_EDGEDOT_CUDA=0 (the
+              documented switch to the Triton path) on the same inputs (same seeds); each
+              row's scores are checked against float64 on sampled edges.
 
 Times are medians of CUDA events (perf_counter on the CPU) after warm-up, with the L2 flushed
 before each repetition outside the timed region; peak extra memory is
-``max_memory_allocated`` during one call minus what was allocated before it. Output: a table
+``max_memory_allocated`` during one call minus what was allocated before it (the timing and
+memory helpers are benchmarks/_timing.py's, as in bench_edge_dot.py). Output: a table
 on stdout and a JSON (``--out``; default ``benchmarks/results/<device>_beyond_<date>.json``).
 
     python benchmarks/bench_beyond.py                   # CUDA, every section (~3 min)
@@ -42,24 +45,25 @@ on stdout and a JSON (``--out``; default ``benchmarks/results/<device>_beyond_<d
 import argparse
 import datetime as _dt
 import json
-import math
-import re
-import statistics
+import os
+import subprocess
 import sys
+import tempfile
 import traceback
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_edge_dot import (Bench, OutOfMemoryError, device_info, software_info,  # noqa: E402
-                            write_json)
+from _report import default_out_path, device_info, software_info, write_json  # noqa: E402
+from _timing import Bench, Options, failure, measure  # noqa: E402
+from _workloads import GB, edge_reference, normalised_error, tolerance  # noqa: E402
 
-RESULTS_DIR = Path(__file__).resolve().parent / "results"
 SCHEMA = "pyg_edgedot-bench-beyond/1"
 SECTIONS = ["ranking", "candidates", "distmult", "triton"]
-GB = 1e9
+OPTIONS = Options(warmups=3, max_reps=30, target_s=0.4)
+CHILD_ENV = "PYG_EDGEDOT_BENCH_TRITON_CHILD"  # set in the child that measures the Triton path
 
 FULL = dict(rank_nodes=2_927_963, rank_sources=86_956, rank_k=1000, dim=128,
             w3_nodes=2_927_963, w3_edges=30_000_000, relations=16)
@@ -75,26 +79,16 @@ def ogb_rank(pos: torch.Tensor, neg: torch.Tensor) -> torch.Tensor:
     return 0.5 * (optimistic + pessimistic) + 1
 
 
-def measure(bench: Bench, fn: Callable[[], Any], before: Callable[[], None] = lambda: None,
-            min_reps: int = 3, max_reps: int = 30, target_s: float = 0.4) -> Dict[str, Any]:
-    """Median ms and peak extra bytes of ``fn``; OOM reported, not raised."""
+def timed(bench: Bench, fn: Callable[[], Any],
+          before: Callable[[], None] = lambda: None) -> Dict[str, Any]:
+    """_timing.measure of ``fn``; an OOM or error is reported in the record, not raised."""
     try:
-        for _ in range(2):
-            before()
-            fn()
-        before()
-        peak, seconds = bench.peak_extra(fn)
-        reps = max(min_reps, min(max_reps, math.ceil(target_s / max(seconds, 1e-6))))
-        times = bench.time_reps(fn, before, reps)
-        return {"status": "ok", "ms": statistics.median(times), "reps": reps,
-                "peak_extra_bytes": peak}
-    except OutOfMemoryError as err:
-        bench.free(collect=True)
-        return {"status": "oom", "message": str(err).splitlines()[0][:200]}
+        return measure(bench, fn, before, OPTIONS)
     except Exception as err:  # noqa: BLE001  (reported in the table, the run goes on)
-        bench.free(collect=True)
-        return {"status": "error", "message": f"{type(err).__name__}: {str(err)[:300]}",
-                "traceback": traceback.format_exc()[-2000:]}
+        rec = failure(err)
+        rec["traceback"] = traceback.format_exc()[-2000:]
+    bench.free(collect=True)
+    return rec
 
 
 def _record(section: str, case: str, method: str, phase: str, rec: Dict[str, Any],
@@ -152,7 +146,7 @@ def section_ranking(bench: Bench, sizes: Dict[str, int], device) -> List[Dict[st
         reference = methods["ogb_batched"]()
         records = []
         for name, fn in methods.items():
-            rec = measure(bench, fn, bench.flush_cache)
+            rec = timed(bench, fn, bench.flush_cache)
             if rec["status"] == "ok":
                 ranks = fn()
                 rec["ranks_equal_to_ogb_batched"] = float((ranks == reference).float().mean())
@@ -180,7 +174,7 @@ def section_candidates(bench: Bench, sizes: Dict[str, int], device) -> List[Dict
             expect = edge_dot(h, h, flat).view(n, k)
             for name, fn in (("edge_dot", lambda: edge_dot(h, h, flat)),
                              ("score_candidates", lambda: score_candidates(h, h, src, cand))):
-                rec = measure(bench, fn, bench.flush_cache)
+                rec = timed(bench, fn, bench.flush_cache)
                 if rec["status"] == "ok":
                     got = fn().view(n, k).float()
                     rec["max_abs_diff_vs_edge_dot"] = float((got - expect.float()).abs().max())
@@ -215,7 +209,7 @@ def section_distmult(bench: Bench, sizes: Dict[str, int], device) -> List[Dict[s
     ref = methods["eager"](x, rel)
     for name, score in methods.items():
         with torch.no_grad():
-            rec = measure(bench, lambda: score(x, rel), bench.flush_cache)
+            rec = timed(bench, lambda: score(x, rel), bench.flush_cache)
             if rec["status"] == "ok":
                 rec["max_abs_diff_vs_eager"] = float((score(x, rel) - ref).abs().max())
         records.append(_record("distmult", case, name, "fwd", rec))
@@ -228,89 +222,74 @@ def section_distmult(bench: Bench, sizes: Dict[str, int], device) -> List[Dict[s
         def reset():
             xg.grad = rg.grad = None
             bench.flush_cache()
-        rec = measure(bench, fwd_bwd, reset)
+        rec = timed(bench, fwd_bwd, reset)
         records.append(_record("distmult", case, name, "fwd+bwd", rec))
         del xg, rg
         bench.free()
     return records
 
 
-class _TritonEdgeDot(torch.autograd.Function):
-    """The Triton ops under the same autograd composition as the registered op."""
-
-    @staticmethod
-    def forward(ctx, x_src, x_dst, src, dst):
-        from pyg_edgedot import _triton
-        ctx.save_for_backward(x_src, x_dst, src, dst)
-        return _triton.edge_dot(x_src, x_dst, src, dst)[0]
-
-    @staticmethod
-    def backward(ctx, grad):
-        from pyg_edgedot import _triton
-        x_src, x_dst, src, dst = ctx.saved_tensors
-        grad = grad.contiguous()
-        return (_triton.edge_dot_grad(grad, x_dst, src, dst, x_src.shape[0]),
-                _triton.edge_dot_grad(grad, x_src, dst, src, x_dst.shape[0]), None, None)
-
-
 def section_triton(bench: Bench, sizes: Dict[str, int], device) -> List[Dict[str, Any]]:
-    from pyg_edgedot import _triton, edge_dot
+    """edge_dot at W3 on whichever backend serves CUDA here; the Triton path in a child."""
+    import pyg_edgedot
 
-    reason = _triton.available()
-    if reason is not None:
-        return [_record("triton", "-", "triton", "fwd", {"status": "n/a", "message": reason})]
+    backend = pyg_edgedot.backends()["cuda"]
+    if os.environ.get(CHILD_ENV) and backend != "triton":
+        return [_record("triton", "-", "triton", "fwd", {
+            "status": "n/a", "message": f"PYG_EDGEDOT_CUDA=0 left the '{backend}' backend"})]
+    name = {"cuda": "cuda_extension", "triton": "triton"}.get(backend, backend)
+    records = _w3_edge_dot(bench, sizes, device, name)
+    if backend == "cuda":
+        records += _triton_in_child(sizes is QUICK)
+    return records
+
+
+def _w3_edge_dot(bench: Bench, sizes: Dict[str, int], device, name: str):
+    from pyg_edgedot import edge_dot
+
     n_nodes, e, d = sizes["w3_nodes"], sizes["w3_edges"], sizes["dim"]
     gen = torch.Generator(device="cpu").manual_seed(3)
     x_src = torch.randn(n_nodes, d, generator=gen).to(device)
     x_dst = torch.randn(n_nodes, d, generator=gen).to(device)
     ei = torch.randint(0, n_nodes, (2, e), generator=gen).to(device)
     grad = torch.randn(e, generator=gen).to(device)
+    pos = torch.randint(0, e, (4096,), generator=gen).to(device)
+    ref, abs_sum = edge_reference(x_src, x_dst, ei[0], ei[1], pos)
     case = f"W3 nodes={n_nodes:,} E={e:,} D={d} float32"
-    methods = {
-        "cuda_extension": lambda a, b: edge_dot(a, b, ei, validate=False),
-        "triton": lambda a, b: _TritonEdgeDot.apply(a, b, ei[0], ei[1]),
-    }
-    # Backward variants of the Triton path, measured side by side (module knobs of _triton).
-    variants = {
-        "triton": {},  # the defaults: sorted payload, 2 warps per row program
-        "triton_unsorted_2warps": {"PERMUTE_PAYLOAD": False, "GRAD_NUM_WARPS": 2},
-        "triton_unsorted_4warps": {"PERMUTE_PAYLOAD": False, "GRAD_NUM_WARPS": 4},
-        "triton_1warp": {"GRAD_NUM_WARPS": 1},
-    }
-    for name in list(variants)[1:]:
-        methods[name] = methods["triton"]
-    records = []
     with torch.no_grad():
-        ref = methods["cuda_extension"](x_src, x_dst)
-    defaults = {key: getattr(_triton, key) for v in variants.values() for key in v}
-    for name, score in methods.items():
-        for key, value in defaults.items():
-            setattr(_triton, key, variants.get(name, {}).get(key, value))
-        if name in variants and name != "triton":
-            rec = {"status": "ok", "ms": None, "note": "forward as 'triton'"}
-        else:
-            with torch.no_grad():
-                rec = measure(bench, lambda: score(x_src, x_dst), bench.flush_cache)
-                if rec["status"] == "ok":
-                    rec["max_abs_diff_vs_cuda"] = float((score(x_src, x_dst) - ref).abs().max())
-        if rec.get("ms") is not None:
-            records.append(_record("triton", case, name, "fwd", rec, knobs=variants.get(name)))
-        a = x_src.detach().requires_grad_(True)
-        b = x_dst.detach().requires_grad_(True)
-
-        def reset():
-            a.grad = b.grad = None
-            bench.flush_cache()
-        rec = measure(bench, lambda: score(a, b).backward(grad), reset)
+        rec = timed(bench, lambda: edge_dot(x_src, x_dst, ei, validate=False), bench.flush_cache)
         if rec["status"] == "ok":
-            score(a, b).backward(grad)
-            rec["grad_a_sum"] = float(a.grad.double().sum())
-        records.append(_record("triton", case, name, "fwd+bwd", rec, knobs=variants.get(name)))
-        del a, b
-        bench.free()
-    for key, value in defaults.items():
-        setattr(_triton, key, value)
+            out = edge_dot(x_src, x_dst, ei, validate=False)
+            rec["max_err_vs_float64"] = normalised_error(out[pos], ref, abs_sum)
+            rec["tol"] = tolerance(out.dtype)
+            del out
+    records = [_record("triton", case, name, "fwd", rec)]
+    a = x_src.detach().requires_grad_(True)
+    b = x_dst.detach().requires_grad_(True)
+
+    def reset():
+        a.grad = b.grad = None
+        bench.flush_cache()
+    rec = timed(bench, lambda: edge_dot(a, b, ei, validate=False).backward(grad), reset)
+    records.append(_record("triton", case, name, "fwd+bwd", rec))
+    del a, b
+    bench.free()
     return records
+
+
+def _triton_in_child(quick: bool) -> List[Dict[str, Any]]:
+    """The triton section again in a process whose CUDA tensors take the Triton path."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "triton.json"
+        cmd = [sys.executable, __file__, "--device", "cuda", "--sections", "triton",
+               "--out", str(out)] + (["--quick"] if quick else [])
+        env = dict(os.environ, PYG_EDGEDOT_CUDA="0", **{CHILD_ENV: "1"})
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+        if proc.returncode != 0 or not out.exists():
+            return [_record("triton", "-", "triton", "fwd", {
+                "status": "error", "message": f"the Triton child failed (rc {proc.returncode})",
+                "traceback": (proc.stdout + proc.stderr)[-3000:]})]
+        return json.loads(out.read_text())["results"]
 
 
 RUNNERS = {"ranking": section_ranking, "candidates": section_candidates,
@@ -337,7 +316,7 @@ def format_table(records: List[Dict[str, Any]]) -> str:
         else:
             ms, peak = f"{rec['status'].upper():>10}", f"{'-':>11}"
         checks = [f"{key}={value:.4g}" for key, value in rec.items()
-                  if key.startswith(("ranks_equal", "max_abs_diff", "mrr"))]
+                  if key.startswith(("ranks_equal", "max_abs_diff", "max_err", "mrr"))]
         if rec["status"] not in ("ok",):
             checks.append(rec.get("message", "")[:80])
         lines.append(f"{rec['case'][:46]:<46} {rec['method']:<18} {rec['phase']:<8} {ms} "
@@ -368,10 +347,7 @@ def main(argv=None) -> int:
            "backends": pyg_edgedot.backends(), "sizes": sizes, "quick": args.quick,
            "results": []}
     if args.out is None:
-        tag = "cpu" if device.type == "cpu" else re.sub(
-            r"[^a-z0-9]+", "_", doc["device"]["name"].lower()).replace("nvidia_", "").strip("_")
-        args.out = RESULTS_DIR / (f"{tag}_beyond{'_quick' if args.quick else ''}_"
-                                  f"{_dt.date.today():%Y%m%d}.json")
+        args.out = default_out_path(doc["device"]["name"], device.type, args.quick, "beyond")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     for name in sections:
         if name == "triton" and device.type != "cuda":

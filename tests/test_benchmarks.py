@@ -1,10 +1,10 @@
-"""benchmarks/bench_edge_dot.py runs end to end on the CPU and writes a well-formed JSON and PNG.
+"""The benchmarks run end to end on the CPU and write well-formed JSON and PNG files.
 
 These tests never assert on times: only on the structure of the results, the statuses and the
-correctness checks the script makes. The script runs in a subprocess, as a user would run it;
-its helpers are also imported and exercised directly on the CPU.
+correctness checks the scripts make. benchmarks/bench_edge_dot.py and bench_beyond.py run in a
+subprocess, as a user would run them; their modules (benchmarks/_*.py) are also imported and
+exercised directly on the CPU.
 """
-import importlib.util
 import json
 import math
 import subprocess
@@ -18,6 +18,13 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "bench_edge_dot.py"
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import _host  # noqa: E402
+import _peers  # noqa: E402
+import _report  # noqa: E402
+import _runner  # noqa: E402
+import _timing  # noqa: E402
+import _workloads  # noqa: E402
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 STATUSES = {"ok", "oom", "error", "n/a"}
 PYG_METHODS = {"pyg_edgedot", "pyg_edgedot_novalidate", "pyg_edgedot_deterministic"}
@@ -28,15 +35,6 @@ def run_script(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:
                           text=True, timeout=timeout)
     assert proc.returncode == 0, (proc.stdout[-5000:], proc.stderr[-5000:])
     return proc
-
-
-@pytest.fixture(scope="module")
-def bench():
-    spec = importlib.util.spec_from_file_location("bench_edge_dot", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_edge_dot"] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +53,7 @@ def _phases(method):
 def test_quick_run_json_structure(quick_run):
     doc, _, _ = quick_run
     for key in ("schema", "created", "finished", "command", "device", "software",
-                "pyg_edgedot", "settings", "copy_bandwidth", "results", "giant",
+                "pyg_edgedot", "settings", "copy_bandwidth", "host_overhead", "results", "giant",
                 "sampled_addmm_probe", "skipped", "aborted"):
         assert key in doc, key
     assert doc["finished"] is True and doc["aborted"] is None and doc["skipped"] == []
@@ -152,18 +150,56 @@ def test_from_json_redraws(quick_run, tmp_path):
     proc = run_script("--from-json", str(out), "--plot", str(png))
     assert png.read_bytes()[:8] == PNG_MAGIC
     assert "Q2" in proc.stdout and "giant check" in proc.stdout
+    assert "host overhead at Q1" in proc.stdout
 
 
-def test_time_budget_stops_new_workloads(tmp_path):
+def run_main(capsys, *args: str) -> str:
+    """bench_edge_dot.main in this process (no second torch import); returns its stdout."""
+    import bench_edge_dot
+    assert bench_edge_dot.main(list(args)) == 0
+    return capsys.readouterr().out
+
+
+def test_time_budget_stops_new_workloads(tmp_path, capsys):
     out = tmp_path / "budget.json"
-    proc = run_script("--device", "cpu", "--quick", "--time-budget", "0", "--out", str(out),
-                      "--methods", "pyg_edgedot,eager")
+    stdout = run_main(capsys, "--device", "cpu", "--quick", "--time-budget", "0", "--out",
+                      str(out), "--methods", "pyg_edgedot,eager")
     doc = json.loads(out.read_text())
     assert doc["results"] == []
-    assert [s["what"] for s in doc["skipped"]] == ["Q1", "Q2", "giant"]
+    assert doc["host_overhead"] is None
+    assert [s["what"] for s in doc["skipped"]] == ["host", "Q1", "Q2", "giant"]
     assert all("time budget" in s["reason"] for s in doc["skipped"])
-    assert "SKIPPED" in proc.stdout
+    assert "SKIPPED" in stdout
     assert out.with_suffix(".png").read_bytes()[:8] == PNG_MAGIC
+
+
+def test_quick_run_host_overhead(quick_run):
+    """The host-overhead section ran first, at Q1, for every method it covers; CPU: host only."""
+    doc, _, proc = quick_run
+    host = doc["host_overhead"]
+    assert host["workload"] == "Q1" and host["calls"] >= 1 and host["rounds"] >= 1
+    rows = {(r["method"], r["phase"]): r for r in host["rows"]}
+    assert set(rows) == {(m, p) for m in ("pyg_edgedot", "pyg_edgedot_novalidate", "eager",
+                                          "compile") for p in ("fwd", "fwdbwd")}
+    for r in rows.values():
+        assert r["status"] == "ok", r
+        assert r["host_us"] > 0 and r["host_us_min"] <= r["host_us"]
+        assert r["gpu_us"] is None and r["kernel_us"] is None and r["kernels_per_call"] is None
+    assert "host overhead at Q1" in proc.stdout
+    assert proc.stdout.index("host overhead at Q1") < proc.stdout.index("Q1/random")
+
+
+def test_host_section_alone(tmp_path, capsys):
+    out = tmp_path / "host.json"
+    stdout = run_main(capsys, "--device", "cpu", "--quick", "--sections", "host", "--methods",
+                      "pyg_edgedot_novalidate,eager", "--out", str(out))
+    doc = json.loads(out.read_text())
+    assert doc["settings"]["sections"] == ["host"]
+    assert doc["results"] == [] and doc["giant"] is None and doc["finished"] is True
+    assert [(r["method"], r["phase"]) for r in doc["host_overhead"]["rows"]] == [
+        ("pyg_edgedot_novalidate", "fwd"), ("pyg_edgedot_novalidate", "fwdbwd"),
+        ("eager", "fwd"), ("eager", "fwdbwd")]
+    assert "pyg_edgedot validate=False" in stdout and "xE fwd" not in stdout
 
 
 def test_floors_table():
@@ -176,9 +212,9 @@ def test_floors_table():
 
 # ---- the helpers, on the CPU ----------------------------------------------------------------
 
-def test_floors_arithmetic(bench):
-    wl = bench.Workload("T", 10, 20, 100, 8)
-    f = bench.floors(wl, 1.0)
+def test_floors_arithmetic():
+    wl = _workloads.Workload("T", 10, 20, 100, 8)
+    f = _workloads.floors(wl, 1.0)
     assert f["gather_bytes"] == 2 * 100 * 8 * 4
     assert f["fwd_bytes"] == 2 * 100 * 8 * 4 + 2 * 100 * 8 + 100 * 4
     per_grad = 100 * 8 * 4 + 2 * 100 * 8 + 100 * 4
@@ -187,8 +223,8 @@ def test_floors_arithmetic(bench):
     assert f["fwd_ms"] == pytest.approx(f["fwd_bytes"] / 1e9 * 1e3)
 
 
-def test_time_reps_and_peak_memory_on_cpu(bench):
-    b = bench.Bench(torch.device("cpu"), flush_bytes=1 << 20)
+def test_time_reps_and_peak_memory_on_cpu():
+    b = _timing.Bench(torch.device("cpu"), flush_bytes=1 << 20)
     calls = {"before": 0, "fn": 0}
 
     def before():
@@ -211,10 +247,10 @@ def test_time_reps_and_peak_memory_on_cpu(bench):
     assert bw["gbps"] > 0 and bw["bytes"] == 4 << 20
 
 
-def test_build_csr_merges_duplicates(bench):
+def test_build_csr_merges_duplicates():
     src = torch.tensor([2, 0, 2, 1, 0, 2])
     dst = torch.tensor([1, 3, 1, 0, 2, 0])  # (2, 1) twice
-    csr, inverse = bench.build_csr(src, dst, 3, 4, torch.float32)
+    csr, inverse = _workloads.build_csr(src, dst, 3, 4, torch.float32)
     assert csr._nnz() == 5 and inverse.shape == (6,)
     assert csr.crow_indices().tolist() == [0, 2, 3, 5]
     assert csr.col_indices().tolist() == [2, 3, 0, 0, 1]
@@ -224,39 +260,39 @@ def test_build_csr_merges_duplicates(bench):
     torch.testing.assert_close(out.values()[inverse], expected)
 
 
-def test_sort_by_source_permutes_grad(bench):
+def test_sort_by_source_permutes_grad():
     ei = torch.tensor([[2, 0, 2, 1], [1, 3, 0, 0]])
     grad = torch.tensor([10.0, 11.0, 12.0, 13.0])
-    sorted_ei, sorted_grad = bench.sort_by_source(ei, grad, 4)
+    sorted_ei, sorted_grad = _workloads.sort_by_source(ei, grad, 4)
     assert sorted_ei.tolist() == [[0, 1, 2, 2], [3, 0, 0, 1]]
     assert sorted_grad.tolist() == [11.0, 13.0, 12.0, 10.0]
 
 
-def test_deterministic_context_restores_the_flag(bench):
+def test_deterministic_context_restores_the_flag():
     before = torch.are_deterministic_algorithms_enabled()
-    with bench.deterministic_algorithms():
+    with _peers.deterministic_algorithms():
         assert torch.are_deterministic_algorithms_enabled()
     assert torch.are_deterministic_algorithms_enabled() == before
     with pytest.raises(RuntimeError):
-        with bench.deterministic_algorithms():
+        with _peers.deterministic_algorithms():
             raise RuntimeError("boom")
     assert torch.are_deterministic_algorithms_enabled() == before
 
 
-def test_normalised_error(bench):
+def test_normalised_error():
     ref = torch.tensor([1.0, -2.0], dtype=torch.float64)
     abs_sum = torch.tensor([2.0, 4.0], dtype=torch.float64)
-    assert bench.normalised_error(torch.tensor([1.0, -2.0]), ref, abs_sum) == 0.0
-    assert bench.normalised_error(torch.tensor([1.5, -2.0]), ref, abs_sum) == pytest.approx(0.25)
-    assert bench.normalised_error(torch.tensor([float("nan"), -2.0]), ref, abs_sum) == math.inf
+    assert _workloads.normalised_error(torch.tensor([1.0, -2.0]), ref, abs_sum) == 0.0
+    assert _workloads.normalised_error(torch.tensor([1.5, -2.0]), ref, abs_sum) == pytest.approx(0.25)
+    assert _workloads.normalised_error(torch.tensor([float("nan"), -2.0]), ref, abs_sum) == math.inf
 
 
-def test_reference_catches_wrong_scores_and_grads(bench):
-    wl = bench.Workload("T", 30, 20, 400, 8)
-    x_src, x_dst, ei, grad = bench.make_inputs(wl, torch.device("cpu"))
-    case = bench.Case(wl, "random", x_src, x_dst, ei, grad)
-    ref = bench.Reference(case, num_edges=64, num_rows=8)
-    out = bench.eager_scores(x_src, x_dst, case.src, case.dst)
+def test_reference_catches_wrong_scores_and_grads():
+    wl = _workloads.Workload("T", 30, 20, 400, 8)
+    x_src, x_dst, ei, grad = _workloads.make_inputs(wl, torch.device("cpu"))
+    case = _workloads.Case(wl, "random", x_src, x_dst, ei, grad)
+    ref = _workloads.Reference(case, num_edges=64, num_rows=8)
+    out = _peers.eager_scores(x_src, x_dst, case.src, case.dst)
     assert ref.check_scores(out) <= ref.tol
     assert ref.check_scores(out.roll(1)) > 1e-2
     out.backward(grad)
@@ -274,6 +310,9 @@ class FakeEvent:
     def record(self) -> None:
         self.t = time.perf_counter()
 
+    def query(self) -> bool:
+        return self.t is not None
+
     def elapsed_time(self, end: "FakeEvent") -> float:
         return (end.t - self.t) * 1e3
 
@@ -285,6 +324,7 @@ def fake_cuda(monkeypatch):
     allocated = {"now": 1000, "peak": 1000}
     monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    monkeypatch.setattr(torch.cuda, "_sleep", lambda cycles: time.sleep(1e-4))
     monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: allocated["now"])
     monkeypatch.setattr(torch.cuda, "max_memory_allocated",
                         lambda device=None: allocated["peak"])
@@ -297,8 +337,8 @@ def fake_cuda(monkeypatch):
     return allocated
 
 
-def test_cuda_branches_of_the_helpers(bench, fake_cuda):
-    b = bench.Bench(torch.device("cuda"), flush_bytes=0)
+def test_cuda_branches_of_the_helpers(fake_cuda):
+    b = _timing.Bench(torch.device("cuda"), flush_bytes=0)
     assert b.is_cuda and "max_memory_allocated" in b.memory_kind
     before = []
     times = b.time_reps(lambda: time.sleep(0.002), lambda: before.append(1), 3)
@@ -311,20 +351,43 @@ def test_cuda_branches_of_the_helpers(bench, fake_cuda):
     assert peak == 5000 and seconds >= 0
     b.free(collect=True)
 
-    info = bench.device_info(torch.device("cuda"))
+    info = _report.device_info(torch.device("cuda"))
     assert info["name"] == "NVIDIA H200" and info["capability"] == "9.0"
-    path = bench.default_out_path(info["name"], "cuda", quick=False)
-    assert path.parent == bench.RESULTS_DIR and path.name.startswith("h200_")
-    assert bench.default_out_path("cpu", "cpu", quick=True).name.startswith("cpu_quick_")
+    path = _report.default_out_path(info["name"], "cuda", quick=False)
+    assert path.parent == _report.RESULTS_DIR and path.name.startswith("h200_")
+    assert _report.default_out_path("cpu", "cpu", quick=True).name.startswith("cpu_quick_")
 
 
-def test_giant_is_skipped_when_the_gpu_lacks_memory(bench, fake_cuda, tmp_path):
-    b = bench.Bench(torch.device("cuda"), flush_bytes=0)
+@pytest.mark.filterwarnings("ignore:CUDA is not available")
+def test_host_row_cuda_branches(fake_cuda):
+    """measure_row's GPU columns, with the clocks faked (the tensors stay on the CPU)."""
+    b = _timing.Bench(torch.device("cuda"), flush_bytes=0)
+    wl = _workloads.WORKLOADS["Q1"]
+    x_src, x_dst, ei, grad = _workloads.make_inputs(wl, torch.device("cpu"))
+    case = _workloads.Case(wl, "random", x_src, x_dst, ei, grad)
+    row = _host.measure_row(b, _peers.Eager(b), case, "fwdbwd", calls=4, rounds=2)
+    assert row["status"] == "ok" and row["host_us"] > 0 and row["gpu_us"] > 0
+    # FakeEvent.query is True once recorded: 'the GPU caught up', so the span is marked.
+    assert row["gpu_span_host_bound"] is True
+    assert (row["kernel_us"] is None) == ("profiler_error" in row)
+    assert x_src.grad is None  # cleared after the measurement
+    table = _host.format_host_table({
+        "workload": "Q1", "num_src": 64, "num_dst": 48, "num_edges": 512, "dim": 16,
+        "dtype": "float32", "calls": 4, "rounds": 2,
+        "rows": [dict(row, method="eager", label="PyG eager", phase="fwdbwd"),
+                 {"status": "oom", "message": "x", "method": "eager", "label": "PyG eager",
+                  "phase": "fwd"}]})
+    line = next(ln for ln in table.splitlines() if ln.startswith("PyG eager"))
+    assert "OOM" in line and "*" in line
+
+
+def test_giant_is_skipped_when_the_gpu_lacks_memory(fake_cuda, tmp_path):
+    b = _timing.Bench(torch.device("cuda"), flush_bytes=0)
     doc = {"giant": None, "skipped": [], "results": []}
-    run = bench.Run(b, bench.Options(), doc, tmp_path / "r.json", time_budget=None)
-    run_giant_spec = bench.GIANT["cuda"]
+    run = _runner.Run(b, _timing.Options(), doc, tmp_path / "r.json", time_budget=None)
+    run_giant_spec = _workloads.GIANT["cuda"]
     assert run_giant_spec.num_edges == 2**31 + 1 and run_giant_spec.index_dtype == "int32"
-    bench.run_giant(run, run_giant_spec)  # 8 GiB free (faked) < ~30 GB needed
+    _runner.run_giant(run, run_giant_spec)  # 8 GiB free (faked) < ~30 GB needed
     assert doc["giant"]["status"] == "skipped" and "GB free" in doc["giant"]["message"]
     assert json.loads((tmp_path / "r.json").read_text())["giant"]["status"] == "skipped"
 
@@ -352,6 +415,8 @@ def test_bench_beyond_quick_cpu(tmp_path):
         assert rec["ranks_equal_to_ogb_batched"] >= 0.99
     for rec in by_section["candidates"]:
         assert rec["status"] == "ok" and rec["max_abs_diff_vs_edge_dot"] <= 1e-2
+        # The shared _timing.measure record.
+        assert {"ms", "min_ms", "max_ms", "reps", "warmups", "peak_extra_bytes"} <= set(rec)
     phases = {(r["method"], r["phase"]) for r in by_section["distmult"]}
     assert phases == {(m, p) for m in ("pyg_edgedot", "eager", "compile")
                       for p in ("fwd", "fwd+bwd")}

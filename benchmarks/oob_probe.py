@@ -1,4 +1,5 @@
-"""Out-of-range indices on CUDA, for `compute-sanitizer --tool memcheck` (must report 0 errors).
+"""Out-of-range indices on CUDA, for `compute-sanitizer --tool memcheck` (must report 0 errors;
+run by `bash benchmarks/gpu_run.sh sanitizer`).
 
 Runs the forward with validate=True (must raise IndexError) and validate=False (must score
 NaN), the backward through edges whose indices are out of range on either side, and then a

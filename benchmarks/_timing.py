@@ -1,0 +1,259 @@
+"""Device plumbing shared by the benchmarks: synchronisation, cache flush, CUDA-event and
+perf_counter timing, peak memory, and one measurement of a call (warm-up, peak, repetitions)."""
+import ctypes
+import gc
+import math
+import os
+import statistics
+import threading
+import time
+from contextlib import nullcontext
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+import torch
+
+from _workloads import GB
+
+# torch.OutOfMemoryError (CUDA and CPU allocators) where it exists, else the CUDA one.
+OutOfMemoryError = getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError)
+FATAL_MARKERS = ("illegal memory access", "device-side assert", "unspecified launch failure",
+                 "misaligned address", "illegal instruction")
+
+
+def short_error(err: BaseException) -> str:
+    lines = [ln for ln in str(err).strip().splitlines() if ln.strip()]
+    return f"{type(err).__name__}: {lines[0] if lines else ''}"[:300]
+
+
+def is_oom(err: BaseException) -> bool:
+    return isinstance(err, OutOfMemoryError) or "out of memory" in str(err).lower()
+
+
+def failure(err: BaseException) -> Dict[str, Any]:
+    """The record of a measurement that raised: 'oom' or 'error', and whether the device is
+    unusable now ('fatal': the run must stop)."""
+    if is_oom(err):
+        return {"status": "oom", "message": short_error(err)}
+    rec = {"status": "error", "message": short_error(err)}
+    if any(m in str(err).lower() for m in FATAL_MARKERS):
+        rec["fatal"] = True
+    return rec
+
+
+def _malloc_trim() -> None:
+    """Return freed heap memory to the OS, so that RSS growth shows new allocations."""
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
+def current_rss() -> Optional[int]:
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        try:
+            import psutil
+            return psutil.Process().memory_info().rss
+        except Exception:
+            return None
+
+
+class RssSampler:
+    """Peak RSS growth over a block, sampled every ``interval`` seconds by a thread.
+
+    Approximate: the allocator may reuse freed heap memory (below glibc's mmap threshold)
+    without the RSS growing, and a spike shorter than the interval can be missed.
+    """
+
+    def __init__(self, interval: float = 5e-4) -> None:
+        self.interval = interval
+        self.base: Optional[int] = None
+        self.peak: Optional[int] = None
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            rss = current_rss()
+            if rss is not None and (self.peak is None or rss > self.peak):
+                self.peak = rss
+            time.sleep(self.interval)
+
+    def __enter__(self) -> "RssSampler":
+        _malloc_trim()
+        self.base = self.peak = current_rss()
+        if self.base is not None:
+            self._thread = threading.Thread(target=self._run, daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        rss = current_rss()
+        if rss is not None and self.peak is not None:
+            self.peak = max(self.peak, rss)
+
+    @property
+    def peak_extra(self) -> Optional[int]:
+        if self.base is None or self.peak is None:
+            return None
+        return max(0, self.peak - self.base)
+
+
+class Bench:
+    """What differs between CUDA and the CPU: sync, cache flush, clocks and memory figures."""
+
+    def __init__(self, device: torch.device, flush_bytes: int) -> None:
+        self.device = device
+        self.is_cuda = device.type == "cuda"
+        self.flush_bytes = flush_bytes
+        self._flush_buf = (torch.empty(flush_bytes // 4, dtype=torch.float32, device=device)
+                           if flush_bytes > 0 else None)
+        self.memory_kind = ("cuda max_memory_allocated - memory_allocated before the call"
+                            if self.is_cuda else
+                            "CPU: peak growth of the process RSS, sampled every 0.5 ms "
+                            "(approximate)")
+
+    def sync(self) -> None:
+        if self.is_cuda:
+            torch.cuda.synchronize(self.device)
+
+    def free(self, collect: bool = False) -> None:
+        """Release cached memory; ``collect`` also runs the cycle collector (slow: ~1 s with
+        torch.compile loaded), needed only after an exception, whose traceback holds frames."""
+        if collect:
+            gc.collect()
+        if self.is_cuda:
+            try:
+                torch.cuda.empty_cache()
+            except RuntimeError:  # a broken CUDA context: the caller reports and stops
+                pass
+        else:
+            _malloc_trim()
+
+    def flush_cache(self) -> None:
+        if self._flush_buf is not None:
+            self._flush_buf.zero_()
+
+    def wall(self, fn: Callable[[], Any]) -> float:
+        """Seconds one call takes, synchronised on both sides."""
+        self.sync()
+        start = time.perf_counter()
+        fn()
+        self.sync()
+        return time.perf_counter() - start
+
+    def time_reps(self, fn: Callable[[], Any], before: Callable[[], None],
+                  reps: int) -> List[float]:
+        """Milliseconds of ``reps`` calls of ``fn``, each after ``before()`` (not timed).
+
+        The cycle collector is off meanwhile (as in ``timeit``): with torch.compile loaded a
+        full collection takes about a second and would land in some repetition.
+        """
+        gc_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            return self._time_reps(fn, before, reps)
+        finally:
+            if gc_enabled:
+                gc.enable()
+
+    def _time_reps(self, fn, before, reps):
+        if self.is_cuda:
+            pairs = []
+            for _ in range(reps):
+                before()
+                start = torch.cuda.Event(enable_timing=True)
+                end = torch.cuda.Event(enable_timing=True)
+                start.record()
+                fn()
+                end.record()
+                pairs.append((start, end))
+            self.sync()
+            return [s.elapsed_time(e) for s, e in pairs]
+        times = []
+        for _ in range(reps):
+            before()
+            start = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - start) * 1e3)
+        return times
+
+    def peak_extra(self, fn: Callable[[], Any]) -> Tuple[Optional[int], float]:
+        """Peak bytes allocated during ``fn()`` beyond what was allocated before it, and the
+        seconds the call took (synchronised; a rough figure, not a measurement)."""
+        if self.is_cuda:
+            self.sync()
+            base = torch.cuda.memory_allocated(self.device)
+            torch.cuda.reset_peak_memory_stats(self.device)
+            start = time.perf_counter()
+            fn()
+            self.sync()
+            seconds = time.perf_counter() - start
+            return torch.cuda.max_memory_allocated(self.device) - base, seconds
+        with RssSampler() as sampler:
+            start = time.perf_counter()
+            fn()
+            seconds = time.perf_counter() - start
+        return sampler.peak_extra, seconds
+
+    def copy_bandwidth(self, nbytes: int, reps: int = 10) -> Dict[str, float]:
+        """Device-to-device copy of an ``nbytes`` tensor; counts read + write bytes."""
+        src = torch.ones(nbytes // 4, dtype=torch.float32, device=self.device)
+        dst = torch.empty_like(src)
+        for _ in range(2):
+            dst.copy_(src)
+        times = self.time_reps(lambda: dst.copy_(src), lambda: None, reps)
+        del src, dst
+        self.free()
+        ms = statistics.median(times)
+        return {"bytes": nbytes, "ms": ms, "gbps": 2 * nbytes / (ms * 1e-3) / GB, "reps": reps}
+
+
+
+
+@dataclass
+class Options:
+    warmups: int = 3
+    reps: Optional[int] = None
+    min_reps: int = 3
+    max_reps: int = 200
+    target_s: float = 0.4
+    slow_call_s: float = 0.25   # after a warm-up call slower than this, no more warm-ups
+    inject_oom: Optional[str] = None
+
+
+def measure(bench: Bench, call: Callable[[], Any], before: Callable[[], None], opts: Options,
+            context: Callable[[], Any] = nullcontext,
+            after_peak: Optional[Callable[[], None]] = None) -> Dict[str, Any]:
+    """One measurement of ``call``, each call after ``before()`` (untimed); raises what it raises.
+
+    Warm-up 1 takes the one-time costs (torch.compile compiles there) and is no estimate;
+    warm-up 2 measures the peak extra memory, and ``after_peak()`` (outside ``context``, e.g. a
+    check of that call's output) runs after it; more warm-ups follow unless the calls are slow
+    anyway; then ``opts.reps`` repetitions, or as many as take about ``opts.target_s``.
+    """
+    with context():
+        before()
+        first = bench.wall(call)
+        before()
+        peak, second = bench.peak_extra(call)
+    if after_peak is not None:
+        after_peak()
+    with context():
+        warm = [second]
+        while len(warm) < opts.warmups - 1 and warm[-1] < opts.slow_call_s:
+            before()
+            warm.append(bench.wall(call))
+        estimate = max(min(warm), 1e-6)
+        reps = opts.reps or int(min(opts.max_reps, max(opts.min_reps,
+                                                       math.ceil(opts.target_s / estimate))))
+        times = bench.time_reps(call, before, reps)
+    return {"status": "ok", "ms": statistics.median(times), "min_ms": min(times),
+            "max_ms": max(times), "reps": reps, "warmups": 1 + len(warm),
+            "first_call_s": first, "peak_extra_bytes": peak}

@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# Every GPU figure and check that README.md publishes comes from one step of this script, run
+# on the H200 through the device tool, from the repo root:
+#
+#   export OUT; bash benchmarks/gpu_run.sh STEP...        (results under $OUT)
+#
+# Steps (each of tests, triton, fallback and bench takes most of a device call's 10 minutes
+# with a cold build, so give it a call of its own):
+#   tests      the full suite with the CUDA extension
+#   triton     the CUDA and Triton tests with nvcc hidden, so CUDA tensors take the Triton path
+#   fallback   the full suite with PYG_EDGEDOT_FORCE_FALLBACK=1 (pure PyTorch, no build)
+#   sanitizer  compute-sanitizer memcheck on benchmarks/oob_probe.py (bad indices): 0 errors
+#   bench      benchmarks/bench_edge_dot.py -> h200.{json,log,png} (README "Performance")
+#   beyond     benchmarks/bench_beyond.py -> h200_beyond.{json,log} (README "Beyond the peers")
+#   examples   examples/link_pred.py, both decoders -> link_pred_gpu_{edgedot,eager}.json
+#   ddp        examples/ddp_link_pred.py under torchrun, NCCL, 1 GPU -> ddp_nccl_1gpu_h200.json
+# The result files carry the names they have in benchmarks/results/: copy them there to
+# publish a run (history stays in git).
+set -uo pipefail
+OUT=${OUT:-/tmp/pyg_edgedot_out}
+mkdir -p "$OUT"
+export TORCH_EXTENSIONS_DIR=/tmp/pyg_edgedot_ext PYTHONUNBUFFERED=1
+python3 -m pip install -q -e . --no-deps --no-build-isolation 2>&1 | grep -v -i warn | tail -2
+(time python3 -m pyg_edgedot --build) 2>&1 | tee "$OUT/build.log"
+
+pytest_all() {  # the suite, 16 workers; 490 s leaves room for a cold build in a 600 s call
+  timeout 490 python3 -m pytest -q -rs -n 16 -p no:cacheprovider "$@" 2>&1
+}
+
+for step in "$@"; do
+  echo "=== $step"
+  case "$step" in
+    tests)
+      pytest_all tests | tee "$OUT/pytest.log" | tail -15 ;;
+    triton)
+      # nvcc hidden (CUDA_HOME pointing nowhere, a build cache of its own): the report must
+      # say "Triton kernels", then every CUDA and Triton test runs against that path.
+      ( export CUDA_HOME=/nonexistent TORCH_EXTENSIONS_DIR=/tmp/pyg_edgedot_ext_triton
+        python3 -m pyg_edgedot 2>&1 | tee "$OUT/triton_report.log" | tail -4
+        pytest_all -k "cuda or triton" tests | tee "$OUT/pytest_triton.log" | tail -15 ) ;;
+    fallback)
+      ( export PYG_EDGEDOT_FORCE_FALLBACK=1
+        pytest_all tests | tee "$OUT/pytest_fallback.log" | tail -15 ) ;;
+    sanitizer)
+      # A plain torch program first, to tell a sanitizer/environment problem from ours.
+      compute-sanitizer --tool memcheck python3 -c \
+        "import torch; print((torch.ones(4, device='cuda') + 1).sum().item())" 2>&1 | tail -3
+      python3 benchmarks/oob_probe.py 2>&1 | tail -3
+      compute-sanitizer --tool memcheck --print-limit 20 python3 benchmarks/oob_probe.py \
+        > "$OUT/sanitizer.log" 2>&1
+      tail -6 "$OUT/sanitizer.log" ;;
+    bench)
+      # The host-overhead table at W1, then W1-W7 x {random, sorted} x every peer + the giant.
+      python3 benchmarks/bench_edge_dot.py --out "$OUT/h200.json" --plot "$OUT/h200.png" \
+        2>&1 | tee "$OUT/h200.log" | tail -60 ;;
+    beyond)
+      # Ranking, candidate scoring, DistMult, and the Triton path (a PYG_EDGEDOT_CUDA=0 child).
+      python3 benchmarks/bench_beyond.py --out "$OUT/h200_beyond.json" 2>&1 \
+        | tee "$OUT/h200_beyond.log" | tail -40 ;;
+    examples)
+      # Mean epoch time with ~17M scored edges per epoch, both decoders, one seed.
+      for dec in edgedot eager; do
+        python3 examples/link_pred.py --device cuda --num-nodes 1000000 --avg-degree 20 \
+          --neg-sampling uniform --epochs 4 --no-progress --decoder $dec \
+          --json "$OUT/link_pred_gpu_$dec.json" 2>&1 | tail -4
+      done ;;
+    ddp)
+      # examples/ddp_link_pred.py under torchrun with NCCL, one process on the one GPU.
+      torchrun --standalone --nproc_per_node 1 examples/ddp_link_pred.py --device cuda \
+        --num-nodes 200000 --avg-degree 20 --neg-sampling uniform --epochs 3 --no-progress \
+        --json "$OUT/ddp_nccl_1gpu_h200.json" 2>&1 | tail -6 ;;
+    *) echo "unknown step $step (steps: tests triton fallback sanitizer bench beyond examples ddp)"
+       exit 2 ;;
+  esac
+done
