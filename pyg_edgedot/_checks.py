@@ -43,15 +43,20 @@ def check_features(x_src: Tensor, x_dst: Tensor, op: str) -> None:
         if x.dtype not in FLOAT_DTYPES:
             raise TypeError(f"{op}: {name} must be float32, float64, float16 or bfloat16 "
                             f"(got {x.dtype})")
-    if x_src.dtype != x_dst.dtype:
-        raise TypeError(f"{op}: x_src and x_dst must have the same dtype "
-                        f"(got {x_src.dtype} and {x_dst.dtype})")
-    if x_src.device != x_dst.device:
-        raise ValueError(f"{op}: x_src and x_dst must be on the same device "
-                         f"(got {x_src.device} and {x_dst.device})")
-    if x_src.size(1) != x_dst.size(1):
-        raise ValueError(f"{op}: x_src and x_dst must have the same feature dimension "
-                         f"(got {x_src.size(1)} and {x_dst.size(1)})")
+    check_alike(op, "x_src", x_src, "x_dst", x_dst)
+
+
+def check_alike(op: str, a_name: str, a: Tensor, b_name: str, b: Tensor) -> None:
+    """Two 2-D float tensors of one dtype, device and feature dimension."""
+    if a.dtype != b.dtype:
+        raise TypeError(f"{op}: {a_name} and {b_name} must have the same dtype "
+                        f"(got {a.dtype} and {b.dtype})")
+    if a.device != b.device:
+        raise ValueError(f"{op}: {a_name} and {b_name} must be on the same device "
+                         f"(got {a.device} and {b.device})")
+    if a.size(1) != b.size(1):
+        raise ValueError(f"{op}: {a_name} and {b_name} must have the same feature dimension "
+                         f"(got {a.size(1)} and {b.size(1)})")
 
 
 def check_edge_index(x_src: Tensor, edge_index: Tensor, op: str) -> Tensor:
@@ -86,15 +91,7 @@ def check_relation(x_src: Tensor, num_edges: int, rel: Optional[Tensor],
     if rel.dim() != 2:
         raise ValueError(f"{op}: rel must be 2-D [num_relations, feat_dim] (or 1-D [feat_dim] "
                          f"without edge_type) (got shape {tuple(rel.shape)})")
-    if rel.dtype != x_src.dtype:
-        raise TypeError(f"{op}: rel and x_src must have the same dtype "
-                        f"(got {rel.dtype} and {x_src.dtype})")
-    if rel.device != x_src.device:
-        raise ValueError(f"{op}: rel and x_src must be on the same device "
-                         f"(got {rel.device} and {x_src.device})")
-    if rel.size(1) != x_src.size(1):
-        raise ValueError(f"{op}: rel and x_src must have the same feature dimension "
-                         f"(got {rel.size(1)} and {x_src.size(1)})")
+    check_alike(op, "rel", rel, "x_src", x_src)
     if edge_type is None:
         if rel.size(0) != 1:
             raise ValueError(f"{op}: rel has {rel.size(0)} relations, so edge_type [E] is "
