@@ -167,3 +167,24 @@ def test_no_host_sync_in_the_backward(num_edges, gen):
         pyg_edgedot.edge_dot(x_src, x_dst, ei).sum().backward()
     finally:
         torch.cuda.set_sync_debug_mode(previous)
+
+
+def test_sampler_output_is_remembered_as_valid(gen):
+    edge_index = random_edge_index(gen, 30, 30, 100, torch.int64, "cpu")
+    negatives = pyg_edgedot.NegativeSampler(edge_index, 30).sample(50)
+    assert _checks.VALIDATED.covers([(negatives, (30, 30))])
+    assert not _checks.VALIDATED.covers([(negatives, (29, 30))])
+
+
+@pytest.mark.skipif(not HAS_CUDA, reason="needs CUDA")
+def test_scoring_sampled_negatives_makes_no_host_sync(gen):
+    x = randn(gen, 60, 16, device="cuda")
+    edge_index = random_edge_index(gen, 60, 60, 300, torch.int64, "cuda")
+    negatives = pyg_edgedot.NegativeSampler(edge_index, 60).sample(200)
+    torch.cuda.synchronize()
+    previous = torch.cuda.get_sync_debug_mode()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        pyg_edgedot.edge_dot(x, x, negatives)
+    finally:
+        torch.cuda.set_sync_debug_mode(previous)

@@ -33,6 +33,8 @@ from typing import List, Optional, Tuple, Union
 import torch
 from torch import Tensor
 
+from .. import _checks
+
 __all__ = ["NegativeSampler", "negative_sampling", "batched_negative_sampling",
            "structured_negative_sampling", "structured_negative_sampling_feasible"]
 
@@ -517,7 +519,10 @@ class NegativeSampler:
         src, dst = space.decode(keys, None)
         if undirected:
             src, dst = torch.cat([src, dst]), torch.cat([dst, src])
-        return torch.stack([src, dst]).to(self.index_dtype)
+        out = torch.stack([src, dst]).to(self.index_dtype)
+        # In range by construction: scoring these pairs needs no validation read.
+        _checks.VALIDATED.add([(out, (self.num_src_nodes, self.num_dst_nodes))])
+        return out
 
     def _source_rows(self) -> Tensor:
         """[N_src + 1]: excluded keys before each row of the directed key space."""
