@@ -1,5 +1,5 @@
 // Candidate scoring and ranking (OGB-style evaluation): schemas. The kernels are in
-// csrc/cpu/candidates_cpu.cpp and csrc/cuda/candidates_cuda.cu, their argument checks in
+// csrc/cpu/candidates_kernel.cpp and csrc/cuda/candidates_kernel.cu, their argument checks in
 // common.h; fake kernels and autograd are registered from pyg_edgedot/_candidates.py.
 #include <torch/library.h>
 

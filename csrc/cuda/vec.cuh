@@ -1,4 +1,4 @@
-// Pieces shared by the CUDA kernels of pyg_edgedot (edge_dot_cuda.cu, candidates_cuda.cu):
+// Pieces shared by the CUDA kernels of pyg_edgedot (edge_dot_kernel.cu, candidates_kernel.cu):
 // 16-byte vectors, the choice of vector width and lanes per group for a row length, and the
 // current device's SM count.
 #pragma once
