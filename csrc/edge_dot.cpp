@@ -12,5 +12,5 @@ TORCH_LIBRARY(pyg_edgedot, m) {
   // out[scatter_index[e], :] += grad_out[e] * x_gather[gather_index[e], :]  -> [num_rows, D]
   // The gradient of edge_dot for one side: (x_dst, src_index, dst_index) for x_src's.
   m.def("edge_dot_grad(Tensor grad_out, Tensor x_gather, Tensor scatter_index, "
-        "Tensor gather_index, SymInt num_rows, bool deterministic=False) -> Tensor");
+        "Tensor gather_index, SymInt num_rows) -> Tensor");
 }

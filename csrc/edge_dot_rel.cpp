@@ -11,5 +11,5 @@ TORCH_LIBRARY_FRAGMENT(pyg_edgedot, m) {
   // x_src's is (rel, x_dst, src_index, rel_index, dst_index), rel's (x_src, x_dst,
   // rel_index, src_index, dst_index).
   m.def("edge_dot_rel_grad(Tensor grad_out, Tensor x_a, Tensor x_b, Tensor scatter_index, "
-        "Tensor a_index, Tensor b_index, SymInt num_rows, bool deterministic=False) -> Tensor");
+        "Tensor a_index, Tensor b_index, SymInt num_rows) -> Tensor");
 }

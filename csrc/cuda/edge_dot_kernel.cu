@@ -750,8 +750,7 @@ at::Tensor edge_dot_grad_cuda_any(const at::Tensor& grad_out_in, const at::Tenso
 
 at::Tensor edge_dot_grad_cuda(const at::Tensor& grad_out, const at::Tensor& x_gather,
                               const at::Tensor& scatter_index, const at::Tensor& gather_index,
-                              int64_t num_rows, bool deterministic) {
-  (void)deterministic;  // the sorted backward is always deterministic
+                              int64_t num_rows) {
   check_edge_dot_grad_args(grad_out, x_gather, scatter_index, gather_index, num_rows);
   return edge_dot_grad_cuda_any(grad_out, x_gather, scatter_index, gather_index, at::Tensor(),
                                 at::Tensor(), num_rows);
@@ -760,8 +759,7 @@ at::Tensor edge_dot_grad_cuda(const at::Tensor& grad_out, const at::Tensor& x_ga
 at::Tensor edge_dot_rel_grad_cuda(const at::Tensor& grad_out, const at::Tensor& x_a,
                                   const at::Tensor& x_b, const at::Tensor& scatter_index,
                                   const at::Tensor& a_index, const at::Tensor& b_index,
-                                  int64_t num_rows, bool deterministic) {
-  (void)deterministic;  // the sorted backward is always deterministic
+                                  int64_t num_rows) {
   check_rel_grad_args(grad_out, x_a, x_b, scatter_index, a_index, b_index, num_rows);
   return edge_dot_grad_cuda_any(grad_out, x_b, scatter_index, b_index, x_a, a_index, num_rows);
 }
