@@ -121,17 +121,16 @@ def register_python_side() -> None:
         # The flattened pairs (src_index[n], cand_index[n, k]) are edges of edge_dot, whose
         # gradient op scatters them; pairs with an index out of range contribute nothing.
         x_src, x_dst, src_index, cand_index = ctx.saved_tensors
-        deterministic = torch.are_deterministic_algorithms_enabled()
         src_pairs = src_index.unsqueeze(1).expand(cand_index.shape).reshape(-1)
         cand_pairs = cand_index.reshape(-1)
         grad_pairs = grad_out.contiguous().reshape(-1)
         grad_src = grad_dst = None
         if ctx.needs_input_grad[0]:
             grad_src = torch.ops.pyg_edgedot.edge_dot_grad(
-                grad_pairs, x_dst, src_pairs, cand_pairs, x_src.shape[0], deterministic)
+                grad_pairs, x_dst, src_pairs, cand_pairs, x_src.shape[0])
         if ctx.needs_input_grad[1]:
             grad_dst = torch.ops.pyg_edgedot.edge_dot_grad(
-                grad_pairs, x_src, cand_pairs, src_pairs, x_dst.shape[0], deterministic)
+                grad_pairs, x_src, cand_pairs, src_pairs, x_dst.shape[0])
         return grad_src, grad_dst, None, None
 
     torch.library.register_autograd("pyg_edgedot::score_candidates", backward,

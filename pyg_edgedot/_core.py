@@ -7,7 +7,7 @@ SCHEMAS = {
     "edge_dot": "edge_dot(Tensor x_src, Tensor x_dst, Tensor src_index, Tensor dst_index) "
                 "-> (Tensor out, Tensor first_bad)",
     "edge_dot_grad": "edge_dot_grad(Tensor grad_out, Tensor x_gather, Tensor scatter_index, "
-                     "Tensor gather_index, SymInt num_rows, bool deterministic=False) -> Tensor",
+                     "Tensor gather_index, SymInt num_rows) -> Tensor",
 }
 
 FALLBACK = {
@@ -29,8 +29,7 @@ def register_python_side() -> None:
         return x_src.new_empty(src_index.shape), src_index.new_empty(1, dtype=torch.int64)
 
     @torch.library.register_fake("pyg_edgedot::edge_dot_grad")
-    def _edge_dot_grad_fake(grad_out, x_gather, scatter_index, gather_index, num_rows,
-                            deterministic=False):
+    def _edge_dot_grad_fake(grad_out, x_gather, scatter_index, gather_index, num_rows):
         torch._check(x_gather.dim() == 2)
         return x_gather.new_empty((num_rows, x_gather.shape[1]))
 
@@ -39,15 +38,14 @@ def register_python_side() -> None:
 
     def backward(ctx, grad_out, _grad_first_bad):
         x_src, x_dst, src_index, dst_index = ctx.saved_tensors
-        deterministic = torch.are_deterministic_algorithms_enabled()
         grad_src = grad_dst = None
         grad_out = grad_out.contiguous()
         if ctx.needs_input_grad[0]:
             grad_src = torch.ops.pyg_edgedot.edge_dot_grad(
-                grad_out, x_dst, src_index, dst_index, x_src.shape[0], deterministic)
+                grad_out, x_dst, src_index, dst_index, x_src.shape[0])
         if ctx.needs_input_grad[1]:
             grad_dst = torch.ops.pyg_edgedot.edge_dot_grad(
-                grad_out, x_src, dst_index, src_index, x_dst.shape[0], deterministic)
+                grad_out, x_src, dst_index, src_index, x_dst.shape[0])
         return grad_src, grad_dst, None, None
 
     torch.library.register_autograd("pyg_edgedot::edge_dot", backward,

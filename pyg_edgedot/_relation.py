@@ -9,7 +9,7 @@ SCHEMAS = {
                     "Tensor dst_index, Tensor rel_index) -> (Tensor out, Tensor first_bad)",
     "edge_dot_rel_grad": "edge_dot_rel_grad(Tensor grad_out, Tensor x_a, Tensor x_b, "
                          "Tensor scatter_index, Tensor a_index, Tensor b_index, "
-                         "SymInt num_rows, bool deterministic=False) -> Tensor",
+                         "SymInt num_rows) -> Tensor",
 }
 
 FALLBACK = {
@@ -27,8 +27,7 @@ def register_python_side() -> None:
         return x_src.new_empty(src_index.shape), src_index.new_empty(1, dtype=torch.int64)
 
     @torch.library.register_fake("pyg_edgedot::edge_dot_rel_grad")
-    def _edge_dot_rel_grad_fake(grad_out, x_a, x_b, scatter_index, a_index, b_index, num_rows,
-                                deterministic=False):
+    def _edge_dot_rel_grad_fake(grad_out, x_a, x_b, scatter_index, a_index, b_index, num_rows):
         torch._check(x_a.dim() == 2 and x_b.dim() == 2)
         return x_b.new_empty((num_rows, x_b.shape[1]))
 
@@ -37,19 +36,18 @@ def register_python_side() -> None:
 
     def backward(ctx, grad_out, _grad_first_bad):
         x_src, x_dst, rel, src_index, dst_index, rel_index = ctx.saved_tensors
-        det = torch.are_deterministic_algorithms_enabled()
         grad = torch.ops.pyg_edgedot.edge_dot_rel_grad
         grad_out = grad_out.contiguous()
         grad_src = grad_dst = grad_rel = None
         if ctx.needs_input_grad[0]:
             grad_src = grad(grad_out, rel, x_dst, src_index, rel_index, dst_index,
-                            x_src.shape[0], det)
+                            x_src.shape[0])
         if ctx.needs_input_grad[1]:
             grad_dst = grad(grad_out, rel, x_src, dst_index, rel_index, src_index,
-                            x_dst.shape[0], det)
+                            x_dst.shape[0])
         if ctx.needs_input_grad[2]:
             grad_rel = grad(grad_out, x_src, x_dst, rel_index, src_index, dst_index,
-                            rel.shape[0], det)
+                            rel.shape[0])
         return grad_src, grad_dst, grad_rel, None, None, None
 
     torch.library.register_autograd("pyg_edgedot::edge_dot_rel", backward,

@@ -163,14 +163,12 @@ def test_op_edge_dot(dtype, index_dtype, device, gen):
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("index_dtype", INDEX_DTYPES, ids=dtype_id)
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=dtype_id)
-@pytest.mark.parametrize("deterministic", [False, True])
-def test_op_edge_dot_grad(deterministic, dtype, index_dtype, device, gen):
+def test_op_edge_dot_grad(dtype, index_dtype, device, gen):
     # out[scatter[e]] += grad_out[e] * x_gather[gather[e]]; rows 30..39 receive nothing.
     x_gather = randn(gen, 21, 11, dtype=dtype, device=device)
     grad_out = randn(gen, 400, dtype=dtype, device=device)
     ei = random_edge_index(gen, 30, 21, 400, index_dtype, device)
-    out = torch.ops.pyg_edgedot.edge_dot_grad(grad_out, x_gather, ei[0], ei[1], 40,
-                                              deterministic)
+    out = torch.ops.pyg_edgedot.edge_dot_grad(grad_out, x_gather, ei[0], ei[1], 40)
     assert out.dtype == dtype and out.shape == (40, 11) and out.device.type == device
     # ref_grads(x_src=<any [40, D]>, x_dst=x_gather) gives the scatter onto the source rows.
     placeholder = torch.zeros(40, 11, dtype=torch.float64)
@@ -184,11 +182,9 @@ def test_op_edge_dot_grad_empty(device, gen):
     x_gather = randn(gen, 5, 3, device=device)
     empty_index = torch.empty(0, dtype=torch.int64, device=device)
     grad_out = torch.empty(0, device=device)
-    out = torch.ops.pyg_edgedot.edge_dot_grad(grad_out, x_gather, empty_index, empty_index,
-                                              7, False)
+    out = torch.ops.pyg_edgedot.edge_dot_grad(grad_out, x_gather, empty_index, empty_index, 7)
     assert out.shape == (7, 3) and torch.equal(out.cpu(), torch.zeros(7, 3))
-    out = torch.ops.pyg_edgedot.edge_dot_grad(grad_out, x_gather, empty_index, empty_index,
-                                              0, True)
+    out = torch.ops.pyg_edgedot.edge_dot_grad(grad_out, x_gather, empty_index, empty_index, 0)
     assert out.shape == (0, 3)
 
 
@@ -224,9 +220,8 @@ def test_opcheck_edge_dot_grad(dtypes, num_edges, device, gen):
     grad_out = randn(gen, num_edges, dtype=dtype, device=device)
     x_gather = randn(gen, 7, 5, dtype=dtype, device=device)
     ei = random_edge_index(gen, 9, 7, num_edges, index_dtype, device)
-    for deterministic in (False, True):
-        torch.library.opcheck(torch.ops.pyg_edgedot.edge_dot_grad.default,
-                              (grad_out, x_gather, ei[0], ei[1], 9, deterministic))
+    torch.library.opcheck(torch.ops.pyg_edgedot.edge_dot_grad.default,
+                          (grad_out, x_gather, ei[0], ei[1], 9))
 
 
 def test_backends():

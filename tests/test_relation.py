@@ -96,7 +96,7 @@ def test_rel_opcheck(device, gen):
                           (x_src, x_dst, rel, ei[0], ei[1], t))
     grad = randn(gen, 33, device=device)
     torch.library.opcheck(torch.ops.pyg_edgedot.edge_dot_rel_grad.default,
-                          (grad, rel.detach(), x_dst.detach(), ei[0], t, ei[1], 9, False))
+                          (grad, rel.detach(), x_dst.detach(), ei[0], t, ei[1], 9))
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -135,7 +135,7 @@ def test_rel_matches_fallback(device, gen):
     torch.testing.assert_close(out, out_ref, equal_nan=True)
     grad = randn(gen, 33, device=device)
     for args in ((grad, rel, x_dst, ei[0], t, ei[1], 9), (grad, x_src, x_dst, t, ei[0], ei[1], 4)):
-        got = torch.ops.pyg_edgedot.edge_dot_rel_grad(*args, False)
+        got = torch.ops.pyg_edgedot.edge_dot_rel_grad(*args)
         want = _reference.edge_dot_rel_grad(*args)
         assert torch.isfinite(got).all()
         torch.testing.assert_close(got, want)
