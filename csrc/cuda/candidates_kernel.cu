@@ -405,7 +405,6 @@ std::tuple<at::Tensor, at::Tensor> score_candidates_cuda(const at::Tensor& x_src
                                                          const at::Tensor& x_dst_in,
                                                          const at::Tensor& src_index,
                                                          const at::Tensor& cand_index) {
-  check_score_candidates_args(x_src_in, x_dst_in, src_index, cand_index);
   const c10::cuda::OptionalCUDAGuard guard(x_src_in.device());
   const Inputs in = prepare(x_src_in, x_dst_in);
   const int64_t num_rows = cand_index.size(0), num_cand = cand_index.size(1);
@@ -433,12 +432,9 @@ std::tuple<at::Tensor, at::Tensor> score_candidates_cuda(const at::Tensor& x_src
   return {out, in.first_bad};
 }
 
-std::tuple<at::Tensor, at::Tensor> rank_candidates_cuda(const at::Tensor& x_src_in,
-                                                        const at::Tensor& x_dst_in,
-                                                        const at::Tensor& src_index,
-                                                        const at::Tensor& pos_index,
-                                                        const at::Tensor& neg_index) {
-  check_rank_candidates_args(x_src_in, x_dst_in, src_index, pos_index, neg_index);
+std::tuple<at::Tensor, at::Tensor> rank_candidates_cuda(
+    const at::Tensor& x_src_in, const at::Tensor& x_dst_in, const at::Tensor& src_index,
+    const at::Tensor& pos_index, const at::Tensor& neg_index) {
   const c10::cuda::OptionalCUDAGuard guard(x_src_in.device());
   const Inputs in = prepare(x_src_in, x_dst_in);
   const int64_t num_rows = src_index.size(0), num_cand = neg_index.size(1);
@@ -484,8 +480,7 @@ std::tuple<at::Tensor, at::Tensor> rank_candidates_cuda(const at::Tensor& x_src_
 }  // namespace
 
 TORCH_LIBRARY_IMPL(pyg_edgedot, CUDA, m) {
-  m.impl("score_candidates", &score_candidates_cuda);
-  m.impl("rank_candidates", &rank_candidates_cuda);
+  impl_candidate_ops<&score_candidates_cuda, &rank_candidates_cuda>(m);
 }
 
 }  // namespace pyg_edgedot

@@ -1,4 +1,7 @@
-// CUDA kernels of pyg_edgedot: a fused forward and a fused, deterministic backward.
+// CUDA kernels of the edge_dot group: a fused forward and a fused, deterministic backward.
+// The relation-weighted ops (edge_dot_rel, edge_dot_rel_grad; schemas in edge_dot_rel.cpp) are
+// these same kernels with a third row per edge (template parameters REL and TRIPLE), so they
+// live here too.
 //
 // Forward: a group of G lanes (a power of two <= 32) scores EPG edges at once; each lane
 // reads 16-byte vectors of both rows (scalars when rows are not aligned), kept packed until
@@ -184,12 +187,10 @@ void launch_forward(const at::Tensor& x_src, const at::Tensor& x_dst, const at::
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
-std::tuple<at::Tensor, at::Tensor> edge_dot_cuda_any(const at::Tensor& x_src_in,
-                                                     const at::Tensor& x_dst_in,
-                                                     const at::Tensor& rel_in,
-                                                     const at::Tensor& src_index,
-                                                     const at::Tensor& dst_index,
-                                                     const at::Tensor& rel_index) {
+// The forward of edge_dot and edge_dot_rel (rel, rel_index undefined for edge_dot).
+std::tuple<at::Tensor, at::Tensor> edge_dot_cuda(
+    const at::Tensor& x_src_in, const at::Tensor& x_dst_in, const at::Tensor& rel_in,
+    const at::Tensor& src_index, const at::Tensor& dst_index, const at::Tensor& rel_index) {
   const c10::cuda::OptionalCUDAGuard guard(x_src_in.device());
   const at::Tensor x_src = unit_column_stride(x_src_in);
   const at::Tensor x_dst = unit_column_stride(x_dst_in);
@@ -222,25 +223,6 @@ std::tuple<at::Tensor, at::Tensor> edge_dot_cuda_any(const at::Tensor& x_src_in,
     });
   });
   return {out, first_bad};
-}
-
-std::tuple<at::Tensor, at::Tensor> edge_dot_cuda(const at::Tensor& x_src,
-                                                 const at::Tensor& x_dst,
-                                                 const at::Tensor& src_index,
-                                                 const at::Tensor& dst_index) {
-  check_edge_dot_args(x_src, x_dst, src_index, dst_index);
-  return edge_dot_cuda_any(x_src, x_dst, at::Tensor(), src_index, dst_index, at::Tensor());
-}
-
-std::tuple<at::Tensor, at::Tensor> edge_dot_rel_cuda(const at::Tensor& x_src,
-                                                     const at::Tensor& x_dst,
-                                                     const at::Tensor& rel,
-                                                     const at::Tensor& src_index,
-                                                     const at::Tensor& dst_index,
-                                                     const at::Tensor& rel_index) {
-  check_edge_dot_args(x_src, x_dst, src_index, dst_index);
-  check_rel_args(x_src, rel, src_index, rel_index);
-  return edge_dot_cuda_any(x_src, x_dst, rel, src_index, dst_index, rel_index);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -708,11 +690,11 @@ void grad_one_side(const at::Tensor& grad_out, const at::Tensor& x_gather,
   }
 }
 
-// x_other / other_index undefined: the two-factor gradient of edge_dot.
-at::Tensor edge_dot_grad_cuda_any(const at::Tensor& grad_out_in, const at::Tensor& x_gather_in,
-                                  const at::Tensor& scatter_index,
-                                  const at::Tensor& gather_index, const at::Tensor& x_other_in,
-                                  const at::Tensor& other_index, int64_t num_rows) {
+// The gradients of edge_dot and edge_dot_rel (x_other, other_index undefined for edge_dot's).
+at::Tensor edge_dot_grad_cuda(const at::Tensor& grad_out_in, const at::Tensor& x_gather_in,
+                              const at::Tensor& scatter_index, const at::Tensor& gather_index,
+                              const at::Tensor& x_other_in, const at::Tensor& other_index,
+                              int64_t num_rows) {
   const c10::cuda::OptionalCUDAGuard guard(x_gather_in.device());
   const at::Tensor x_gather = unit_column_stride(x_gather_in);
   const bool triple = x_other_in.defined();
@@ -748,29 +730,10 @@ at::Tensor edge_dot_grad_cuda_any(const at::Tensor& grad_out_in, const at::Tenso
   return out;
 }
 
-at::Tensor edge_dot_grad_cuda(const at::Tensor& grad_out, const at::Tensor& x_gather,
-                              const at::Tensor& scatter_index, const at::Tensor& gather_index,
-                              int64_t num_rows) {
-  check_edge_dot_grad_args(grad_out, x_gather, scatter_index, gather_index, num_rows);
-  return edge_dot_grad_cuda_any(grad_out, x_gather, scatter_index, gather_index, at::Tensor(),
-                                at::Tensor(), num_rows);
-}
-
-at::Tensor edge_dot_rel_grad_cuda(const at::Tensor& grad_out, const at::Tensor& x_a,
-                                  const at::Tensor& x_b, const at::Tensor& scatter_index,
-                                  const at::Tensor& a_index, const at::Tensor& b_index,
-                                  int64_t num_rows) {
-  check_rel_grad_args(grad_out, x_a, x_b, scatter_index, a_index, b_index, num_rows);
-  return edge_dot_grad_cuda_any(grad_out, x_b, scatter_index, b_index, x_a, a_index, num_rows);
-}
-
 }  // namespace
 
 TORCH_LIBRARY_IMPL(pyg_edgedot, CUDA, m) {
-  m.impl("edge_dot", &edge_dot_cuda);
-  m.impl("edge_dot_grad", &edge_dot_grad_cuda);
-  m.impl("edge_dot_rel", &edge_dot_rel_cuda);
-  m.impl("edge_dot_rel_grad", &edge_dot_rel_grad_cuda);
+  impl_edge_dot_ops<&edge_dot_cuda, &edge_dot_grad_cuda>(m);
 }
 
 }  // namespace pyg_edgedot
