@@ -6,8 +6,8 @@
 // Forward: a group of G lanes (a power of two <= 32) scores EPG edges at once; each lane
 // reads 16-byte vectors of both rows (scalars when rows are not aligned), kept packed until
 // used, accumulates in opmath, and the group reduces with shuffles. Both rows are loaded for
-// every edge: with edges sorted by source, L1/L2 serve the repeated source rows (skipping the
-// load in registers was measured slower, benchmarks/NOTES.md v6). Traffic: 2 * E * D
+// every edge: with edges sorted by source, L1/L2 serve the repeated source rows, and keeping
+// a repeated source row in registers instead measured slower. Traffic: 2 * E * D
 // elements gathered (less from DRAM with sorted sources), E indices of each side, E scores.
 // No [E, D] intermediate.
 //
@@ -457,7 +457,7 @@ __device__ __forceinline__ void walk_rows(const Payload* __restrict__ payload,
 }
 
 // Edges whose rows are in flight per step of the walk, and blocks per SM the register budget
-// is set for (2: at most 128 registers). Measured on the H200 (benchmarks/NOTES.md, v5): 8
+// is set for (2: at most 128 registers). Measured on the H200 (benchmarks/NOTES.md): 8
 // edges for two-factor gradients (W3 forward + backward 19.4 ms against 21.0-22.0 with 4
 // edges or 3 blocks), 4 for three-factor ones (DistMult 36.1 ms against 40.1 with 8).
 template <bool TRIPLE>
