@@ -1,8 +1,7 @@
 // Candidate scoring and ranking (OGB-style evaluation): schemas. The kernels are in
 // csrc/cpu/candidates_kernel.cpp and csrc/cuda/candidates_kernel.cu, their argument checks in
-// common.h; fake kernels and autograd are registered from pyg_edgedot/_candidates.py.
+// common.h; fake kernels and autograd are registered from Python.
 #include <torch/library.h>
-
 
 TORCH_LIBRARY_FRAGMENT(pyg_edgedot, m) {
   // out[n, k] = sum_d x_src[src_index[n], d] * x_dst[cand_index[n, k], d]     -> [N, K]

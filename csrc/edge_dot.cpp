@@ -1,6 +1,9 @@
-// Every schema of pyg_edgedot, in one TORCH_LIBRARY block. The backends register their
-// kernels in csrc/cpu and csrc/cuda; fake kernels and autograd are registered from Python
-// (pyg_edgedot/_ops.py) right after this library is loaded.
+// Schemas of edge_dot and its gradient, in the one TORCH_LIBRARY block of pyg_edgedot; the
+// other op groups add theirs with TORCH_LIBRARY_FRAGMENT (edge_dot_rel.cpp, candidates.cpp).
+// Kernels in csrc/cpu/edge_dot_kernel.cpp and csrc/cuda/edge_dot_kernel.cu, the checks at the
+// op boundary in common.h; fake kernels and autograd are registered from Python right after
+// this library is loaded. Each schema is one m.def of adjacent string literals: the Python
+// side reads them from here to define the same ops when the extension cannot be built.
 #include <torch/library.h>
 
 TORCH_LIBRARY(pyg_edgedot, m) {

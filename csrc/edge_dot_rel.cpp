@@ -1,4 +1,5 @@
-// Schemas of the relation-weighted (DistMult) ops; kernels in csrc/cpu and csrc/cuda.
+// Schemas of the relation-weighted (DistMult) ops. Their kernels are the edge_dot kernels with
+// a third row per edge (csrc/cpu/edge_dot_kernel.cpp, csrc/cuda/edge_dot_kernel.cu).
 #include <torch/library.h>
 
 TORCH_LIBRARY_FRAGMENT(pyg_edgedot, m) {

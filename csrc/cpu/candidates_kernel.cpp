@@ -120,7 +120,6 @@ std::tuple<at::Tensor, at::Tensor> score_candidates_cpu(const at::Tensor& x_src_
                                                         const at::Tensor& x_dst_in,
                                                         const at::Tensor& src_index,
                                                         const at::Tensor& cand_index) {
-  check_score_candidates_args(x_src_in, x_dst_in, src_index, cand_index);
   const at::Tensor x_src = unit_column_stride(x_src_in);
   const at::Tensor x_dst = unit_column_stride(x_dst_in);
   at::Tensor out = at::empty({cand_index.size(0), cand_index.size(1)}, x_src.options());
@@ -195,12 +194,9 @@ void rank_candidates_cpu_impl(const at::Tensor& x_src, const at::Tensor& x_dst,
   });
 }
 
-std::tuple<at::Tensor, at::Tensor> rank_candidates_cpu(const at::Tensor& x_src_in,
-                                                       const at::Tensor& x_dst_in,
-                                                       const at::Tensor& src_index,
-                                                       const at::Tensor& pos_index,
-                                                       const at::Tensor& neg_index) {
-  check_rank_candidates_args(x_src_in, x_dst_in, src_index, pos_index, neg_index);
+std::tuple<at::Tensor, at::Tensor> rank_candidates_cpu(
+    const at::Tensor& x_src_in, const at::Tensor& x_dst_in, const at::Tensor& src_index,
+    const at::Tensor& pos_index, const at::Tensor& neg_index) {
   const at::Tensor x_src = unit_column_stride(x_src_in);
   const at::Tensor x_dst = unit_column_stride(x_dst_in);
   at::Tensor rank = at::empty({src_index.size(0)}, x_src.options().dtype(at::kFloat));
@@ -219,8 +215,7 @@ std::tuple<at::Tensor, at::Tensor> rank_candidates_cpu(const at::Tensor& x_src_i
 }  // namespace
 
 TORCH_LIBRARY_IMPL(pyg_edgedot, CPU, m) {
-  m.impl("score_candidates", &score_candidates_cpu);
-  m.impl("rank_candidates", &rank_candidates_cpu);
+  impl_candidate_ops<&score_candidates_cpu, &rank_candidates_cpu>(m);
 }
 
 }  // namespace pyg_edgedot

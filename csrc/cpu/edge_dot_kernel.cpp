@@ -1,4 +1,6 @@
-// CPU kernels of pyg_edgedot: fused, parallel with at::parallel_for, no [E, D] intermediate.
+// CPU kernels of the edge_dot group: fused, parallel with at::parallel_for, no [E, D]
+// intermediate. The relation-weighted ops (edge_dot_rel, edge_dot_rel_grad; schemas in
+// edge_dot_rel.cpp) are these same kernels with a third row per edge, so they live here too.
 #include <ATen/ATen.h>
 #include <ATen/OpMathType.h>
 #include <ATen/Parallel.h>
@@ -174,12 +176,10 @@ void edge_dot_cpu_impl(const at::Tensor& x_src, const at::Tensor& x_dst,
                    [&](int64_t begin, int64_t end) { range(p, begin, end); });
 }
 
-std::tuple<at::Tensor, at::Tensor> edge_dot_cpu_any(const at::Tensor& x_src_in,
-                                                    const at::Tensor& x_dst_in,
-                                                    const at::Tensor& rel_in,
-                                                    const at::Tensor& src_index,
-                                                    const at::Tensor& dst_index,
-                                                    const at::Tensor& rel_index) {
+// The forward of edge_dot and edge_dot_rel (rel, rel_index undefined for edge_dot).
+std::tuple<at::Tensor, at::Tensor> edge_dot_cpu(
+    const at::Tensor& x_src_in, const at::Tensor& x_dst_in, const at::Tensor& rel_in,
+    const at::Tensor& src_index, const at::Tensor& dst_index, const at::Tensor& rel_index) {
   const at::Tensor x_src = unit_column_stride(x_src_in);
   const at::Tensor x_dst = unit_column_stride(x_dst_in);
   const at::Tensor rel = rel_in.defined() ? unit_column_stride(rel_in) : rel_in;
@@ -194,25 +194,6 @@ std::tuple<at::Tensor, at::Tensor> edge_dot_cpu_any(const at::Tensor& x_src_in,
   const int64_t bad = first_bad.load();
   const int64_t first = bad == std::numeric_limits<int64_t>::max() ? -1 : bad;
   return {out, at::full({1}, first, src_index.options().dtype(at::kLong))};
-}
-
-std::tuple<at::Tensor, at::Tensor> edge_dot_cpu(const at::Tensor& x_src,
-                                                const at::Tensor& x_dst,
-                                                const at::Tensor& src_index,
-                                                const at::Tensor& dst_index) {
-  check_edge_dot_args(x_src, x_dst, src_index, dst_index);
-  return edge_dot_cpu_any(x_src, x_dst, at::Tensor(), src_index, dst_index, at::Tensor());
-}
-
-std::tuple<at::Tensor, at::Tensor> edge_dot_rel_cpu(const at::Tensor& x_src,
-                                                    const at::Tensor& x_dst,
-                                                    const at::Tensor& rel,
-                                                    const at::Tensor& src_index,
-                                                    const at::Tensor& dst_index,
-                                                    const at::Tensor& rel_index) {
-  check_edge_dot_args(x_src, x_dst, src_index, dst_index);
-  check_rel_args(x_src, rel, src_index, rel_index);
-  return edge_dot_cpu_any(x_src, x_dst, rel, src_index, dst_index, rel_index);
 }
 
 // out[scatter[e], :] += grad[e] * (x_other[other[e], :] *) x_gather[gather[e], :], the
@@ -280,10 +261,11 @@ void edge_dot_grad_cpu_impl(const at::Tensor& grad_out, const at::Tensor& x_gath
   });
 }
 
-at::Tensor edge_dot_grad_cpu_any(const at::Tensor& grad_out, const at::Tensor& x_gather_in,
-                                 const at::Tensor& scatter_index, const at::Tensor& gather_index,
-                                 const at::Tensor& x_other_in, const at::Tensor& other_index,
-                                 int64_t num_rows) {
+// The gradients of edge_dot and edge_dot_rel (x_other, other_index undefined for edge_dot's).
+at::Tensor edge_dot_grad_cpu(const at::Tensor& grad_out, const at::Tensor& x_gather_in,
+                             const at::Tensor& scatter_index, const at::Tensor& gather_index,
+                             const at::Tensor& x_other_in, const at::Tensor& other_index,
+                             int64_t num_rows) {
   const at::Tensor x_gather = unit_column_stride(x_gather_in);
   const at::Tensor x_other = x_other_in.defined() ? unit_column_stride(x_other_in) : x_other_in;
   const auto acc_type = at::toOpMathType(x_gather.scalar_type());
@@ -298,29 +280,10 @@ at::Tensor edge_dot_grad_cpu_any(const at::Tensor& grad_out, const at::Tensor& x
   return acc.scalar_type() == x_gather.scalar_type() ? acc : acc.to(x_gather.scalar_type());
 }
 
-at::Tensor edge_dot_grad_cpu(const at::Tensor& grad_out, const at::Tensor& x_gather,
-                             const at::Tensor& scatter_index, const at::Tensor& gather_index,
-                             int64_t num_rows) {
-  check_edge_dot_grad_args(grad_out, x_gather, scatter_index, gather_index, num_rows);
-  return edge_dot_grad_cpu_any(grad_out, x_gather, scatter_index, gather_index, at::Tensor(),
-                               at::Tensor(), num_rows);
-}
-
-at::Tensor edge_dot_rel_grad_cpu(const at::Tensor& grad_out, const at::Tensor& x_a,
-                                 const at::Tensor& x_b, const at::Tensor& scatter_index,
-                                 const at::Tensor& a_index, const at::Tensor& b_index,
-                                 int64_t num_rows) {
-  check_rel_grad_args(grad_out, x_a, x_b, scatter_index, a_index, b_index, num_rows);
-  return edge_dot_grad_cpu_any(grad_out, x_b, scatter_index, b_index, x_a, a_index, num_rows);
-}
-
 }  // namespace
 
 TORCH_LIBRARY_IMPL(pyg_edgedot, CPU, m) {
-  m.impl("edge_dot", &edge_dot_cpu);
-  m.impl("edge_dot_grad", &edge_dot_grad_cpu);
-  m.impl("edge_dot_rel", &edge_dot_rel_cpu);
-  m.impl("edge_dot_rel_grad", &edge_dot_rel_grad_cpu);
+  impl_edge_dot_ops<&edge_dot_cpu, &edge_dot_grad_cpu>(m);
 }
 
 }  // namespace pyg_edgedot

@@ -24,8 +24,7 @@ inline int64_t prefetch_distance(int64_t bytes_per_edge) {
 
 // Always inlined, and so must be any helper that wraps it (CandidateRows::prefetch): GCC 12
 // judges an out-of-line function whose only effect is a prefetch to have none, and deletes
-// the calls. The forward's loop lost every prefetch that way in an AVX2-clone build, and the
-// candidate kernels never had theirs (benchmarks/NOTES.md, "CPU: software prefetch").
+// the calls (benchmarks/NOTES.md, "CPU: software prefetch").
 PYG_EDGEDOT_INLINE void prefetch_lines(const void* ptr, int64_t bytes, bool write = false) {
 #if defined(__GNUC__) || defined(__clang__)
   const char* p = static_cast<const char*>(ptr);

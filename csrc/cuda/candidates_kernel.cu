@@ -147,16 +147,19 @@ __device__ __forceinline__ at::opmath_type<scalar_t> score_chunk(
   return my_score;
 }
 
-// Copies the source row into this warp's shared buffer (opmath); the first __syncwarp keeps
-// the previous item's readers ahead of the overwrite.
-template <typename scalar_t>
-__device__ __forceinline__ void stage_row(const scalar_t* __restrict__ row, int64_t feat_dim,
-                                          at::opmath_type<scalar_t>* staged) {
-  __syncwarp();
-  for (int64_t d = threadIdx.x % kWarp; d < feat_dim; d += kWarp) {
-    staged[d] = static_cast<at::opmath_type<scalar_t>>(row[d]);
+// The source row of a work item, first copied into this warp's shared buffer (opmath) when
+// it has one; the first __syncwarp keeps the previous item's readers ahead of the overwrite.
+template <int VEC, typename scalar_t>
+__device__ __forceinline__ SourceRow<scalar_t, VEC> source_row(
+    const scalar_t* __restrict__ row, int64_t feat_dim, at::opmath_type<scalar_t>* staged) {
+  if (staged != nullptr) {
+    __syncwarp();
+    for (int64_t d = threadIdx.x % kWarp; d < feat_dim; d += kWarp) {
+      staged[d] = static_cast<at::opmath_type<scalar_t>>(row[d]);
+    }
+    __syncwarp();
   }
-  __syncwarp();
+  return SourceRow<scalar_t, VEC>{staged, row};
 }
 
 struct Tiling {
@@ -169,6 +172,28 @@ struct Tiling {
   }
 };
 
+// A warp's share of the work items (grid-stride: first, first + stride, ... below count) and
+// its buffer for staged source rows in shared memory (null when rows are not staged).
+template <typename acc_t>
+struct WarpItems {
+  acc_t* staged;
+  int64_t first, stride, count;
+};
+
+template <typename acc_t>
+__device__ __forceinline__ WarpItems<acc_t> warp_items(const Tiling& tiling,
+                                                       int64_t staged_stride) {
+  extern __shared__ __align__(16) unsigned char shared_bytes[];
+  WarpItems<acc_t> items;
+  items.staged = staged_stride > 0 ? reinterpret_cast<acc_t*>(shared_bytes) +
+                                         (threadIdx.x / kWarp) * staged_stride
+                                   : nullptr;
+  items.first = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
+  items.stride = static_cast<int64_t>(gridDim.x) * blockDim.x / kWarp;
+  items.count = tiling.num_rows * tiling.tiles_per_row;
+  return items;
+}
+
 template <typename scalar_t, typename index_t, int VEC>
 __global__ void __launch_bounds__(kMaxWarpsPerBlock * kWarp) score_candidates_kernel(
     const scalar_t* __restrict__ x_src, int64_t src_row_stride, int64_t num_src,  // [N_src, D]
@@ -180,18 +205,12 @@ __global__ void __launch_bounds__(kMaxWarpsPerBlock * kWarp) score_candidates_ke
     unsigned long long* __restrict__ first_bad,  // [1]: smallest bad row, or all ones
     Tiling tiling, int64_t feat_dim, int group_size, int64_t staged_stride) {
   using acc_t = at::opmath_type<scalar_t>;
-  extern __shared__ __align__(16) unsigned char shared_bytes[];
-  acc_t* staged = staged_stride > 0 ? reinterpret_cast<acc_t*>(shared_bytes) +
-                                          (threadIdx.x / kWarp) * staged_stride
-                                    : nullptr;
+  const WarpItems<acc_t> items = warp_items<acc_t>(tiling, staged_stride);
   const int lane = threadIdx.x % kWarp;
-  const int64_t warp = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
-  const int64_t num_warps = static_cast<int64_t>(gridDim.x) * blockDim.x / kWarp;
-  const int64_t num_items = tiling.num_rows * tiling.tiles_per_row;
   const int64_t num_cand = tiling.num_cand;
   const scalar_t nan = static_cast<scalar_t>(std::numeric_limits<acc_t>::quiet_NaN());
 
-  for (int64_t item = warp; item < num_items; item += num_warps) {
+  for (int64_t item = items.first; item < items.count; item += items.stride) {
     int64_t n, k_begin, k_end;
     tiling.item(item, n, k_begin, k_end);
     const int64_t s = static_cast<int64_t>(src_index[n * src_stride]);
@@ -209,11 +228,7 @@ __global__ void __launch_bounds__(kMaxWarpsPerBlock * kWarp) score_candidates_ke
                        : -1;
     };
     int64_t next_c = load_cand(k_begin + lane);
-    SourceRow<scalar_t, VEC> src{nullptr, x_src + s * src_row_stride};
-    if (staged != nullptr) {
-      stage_row(src.row, feat_dim, staged);
-      src.staged = staged;
-    }
+    const auto src = source_row<VEC>(x_src + s * src_row_stride, feat_dim, items.staged);
     for (int64_t chunk = k_begin; chunk < k_end; chunk += kWarp) {
       const int64_t k = chunk + lane;
       int64_t c = next_c;
@@ -242,17 +257,11 @@ __global__ void __launch_bounds__(kMaxWarpsPerBlock * kWarp) rank_candidates_ker
     unsigned long long* __restrict__ first_bad,  // [1]: smallest bad row, or all ones
     Tiling tiling, int64_t feat_dim, int group_size, int64_t staged_stride) {
   using acc_t = at::opmath_type<scalar_t>;
-  extern __shared__ __align__(16) unsigned char shared_bytes[];
-  acc_t* staged = staged_stride > 0 ? reinterpret_cast<acc_t*>(shared_bytes) +
-                                          (threadIdx.x / kWarp) * staged_stride
-                                    : nullptr;
+  const WarpItems<acc_t> items = warp_items<acc_t>(tiling, staged_stride);
   const int lane_in_warp = threadIdx.x % kWarp;
-  const int64_t warp = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
-  const int64_t num_warps = static_cast<int64_t>(gridDim.x) * blockDim.x / kWarp;
-  const int64_t num_items = tiling.num_rows * tiling.tiles_per_row;
   auto rounded = [](acc_t score) { return static_cast<acc_t>(static_cast<scalar_t>(score)); };
 
-  for (int64_t item = warp; item < num_items; item += num_warps) {
+  for (int64_t item = items.first; item < items.count; item += items.stride) {
     int64_t n, k_begin, k_end;
     tiling.item(item, n, k_begin, k_end);
     const int64_t s = static_cast<int64_t>(src_index[n * src_stride]);
@@ -265,11 +274,7 @@ __global__ void __launch_bounds__(kMaxWarpsPerBlock * kWarp) rank_candidates_ker
                          : -1;
       };
       int64_t next_c = load_neg(k_begin + lane_in_warp);  // one chunk ahead, as above
-      SourceRow<scalar_t, VEC> src{nullptr, x_src + s * src_row_stride};
-      if (staged != nullptr) {
-        stage_row(src.row, feat_dim, staged);
-        src.staged = staged;
-      }
+      const auto src = source_row<VEC>(x_src + s * src_row_stride, feat_dim, items.staged);
       // Every group scores the positive exactly as it scores a candidate.
       const scalar_t* pos_row[1] = {x_dst + p * dst_row_stride};
       const bool pos_valid[1] = {true};
@@ -366,36 +371,53 @@ Plan plan_launch(int64_t num_rows, int64_t num_cand, int64_t feat_dim, size_t ac
   return plan;
 }
 
-// What both ops set up alike: rows with unit column stride and the first_bad flag, -1 (all
-// ones as unsigned) until a row with an index out of range lowers it.
-struct Inputs {
-  at::Tensor x_src, x_dst, first_bad;
-  unsigned long long* first_bad_ptr;
+// The kernel's template arguments: the dtypes of x_src and src_index, and the vector width.
+template <typename scalar_t_, typename index_t_, int VEC>
+struct KernelTypes {
+  using scalar_t = scalar_t_;
+  using index_t = index_t_;
+  static constexpr int vec = VEC;
 };
 
-Inputs prepare(const at::Tensor& x_src, const at::Tensor& x_dst) {
-  Inputs in{unit_column_stride(x_src), unit_column_stride(x_dst),
-            at::full({1}, -1, x_src.options().dtype(at::kLong)), nullptr};
-  in.first_bad_ptr = reinterpret_cast<unsigned long long*>(in.first_bad.mutable_data_ptr<int64_t>());
-  return in;
-}
+// What both ops set up alike: the device guard, rows with unit column stride and the
+// first_bad flag, -1 (all ones as unsigned) until a row with an index out of range lowers it.
+struct CandidateOp {
+  const c10::cuda::OptionalCUDAGuard guard;
+  const at::Tensor x_src, x_dst, first_bad;
+  unsigned long long* const first_bad_ptr;
+  const cudaStream_t stream;
 
-// The launch plan and vector width, chosen the same way for both ops so that their scores
-// agree bitwise; launch(plan, vec_tag) runs the op's kernel. The source is read vectorized
-// only when it is not staged.
-template <typename scalar_t, typename Launch>
-void launch_with_plan(const Inputs& in, int64_t num_rows, int64_t num_cand, Launch&& launch) {
-  constexpr int kVec = 16 / sizeof(scalar_t);
-  const Plan plan = plan_launch(num_rows, num_cand, in.x_src.size(1),
-                                sizeof(at::opmath_type<scalar_t>));
-  const bool vectorized = rows_vectorizable(in.x_dst, kVec) &&
-                          (plan.staged_stride > 0 || rows_vectorizable(in.x_src, kVec));
-  if (vectorized) {
-    launch(plan, std::integral_constant<int, kVec>{});
-  } else {
-    launch(plan, std::integral_constant<int, 1>{});
+  CandidateOp(const at::Tensor& x_src_in, const at::Tensor& x_dst_in)
+      : guard(x_src_in.device()),
+        x_src(unit_column_stride(x_src_in)),
+        x_dst(unit_column_stride(x_dst_in)),
+        first_bad(at::full({1}, -1, x_src.options().dtype(at::kLong))),
+        first_bad_ptr(reinterpret_cast<unsigned long long*>(first_bad.mutable_data_ptr<int64_t>())),
+        stream(c10::cuda::getCurrentCUDAStream()) {}
+
+  // run(plan, KernelTypes<...>{}) for the dtypes of x_src and src_index, unless there are
+  // no rows. The plan and vector width are chosen the same way for both ops, so that their
+  // scores agree bitwise; the source is read vectorized only when it is not staged.
+  template <typename Launch>
+  void launch(const at::Tensor& src_index, int64_t num_rows, int64_t num_cand,
+              Launch&& run) const {
+    if (num_rows == 0) return;
+    AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x_src.scalar_type(), "candidates_cuda", [&] {
+      AT_DISPATCH_INDEX_TYPES(src_index.scalar_type(), "candidates_cuda", [&] {
+        constexpr int kVec = 16 / sizeof(scalar_t);
+        const Plan plan = plan_launch(num_rows, num_cand, x_src.size(1),
+                                      sizeof(at::opmath_type<scalar_t>));
+        const bool vectorized = rows_vectorizable(x_dst, kVec) &&
+                                (plan.staged_stride > 0 || rows_vectorizable(x_src, kVec));
+        if (vectorized) {
+          run(plan, KernelTypes<scalar_t, index_t, kVec>{});
+        } else {
+          run(plan, KernelTypes<scalar_t, index_t, 1>{});
+        }
+      });
+    });
   }
-}
+};
 
 // ---------------------------------------------------------------------------------------
 // Ops
@@ -405,87 +427,70 @@ std::tuple<at::Tensor, at::Tensor> score_candidates_cuda(const at::Tensor& x_src
                                                          const at::Tensor& x_dst_in,
                                                          const at::Tensor& src_index,
                                                          const at::Tensor& cand_index) {
-  check_score_candidates_args(x_src_in, x_dst_in, src_index, cand_index);
-  const c10::cuda::OptionalCUDAGuard guard(x_src_in.device());
-  const Inputs in = prepare(x_src_in, x_dst_in);
+  const CandidateOp op(x_src_in, x_dst_in);
   const int64_t num_rows = cand_index.size(0), num_cand = cand_index.size(1);
-  at::Tensor out = at::empty({num_rows, num_cand}, in.x_src.options());
-  if (num_rows == 0) return {out, in.first_bad};
-  const auto stream = c10::cuda::getCurrentCUDAStream();
-
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, in.x_src.scalar_type(), "score_candidates_cuda", [&] {
-    AT_DISPATCH_INDEX_TYPES(src_index.scalar_type(), "score_candidates_cuda", [&] {
-      launch_with_plan<scalar_t>(in, num_rows, num_cand, [&](const Plan& plan, auto vec_tag) {
-        constexpr int V = decltype(vec_tag)::value;
-        const int64_t feat_dim = in.x_src.size(1);
-        score_candidates_kernel<scalar_t, index_t, V>
-            <<<plan.grid, plan.threads, plan.shared_bytes, stream>>>(
-                in.x_src.const_data_ptr<scalar_t>(), in.x_src.stride(0), in.x_src.size(0),
-                in.x_dst.const_data_ptr<scalar_t>(), in.x_dst.stride(0), in.x_dst.size(0),
-                src_index.const_data_ptr<index_t>(), src_index.stride(0),
-                cand_index.const_data_ptr<index_t>(), cand_index.stride(0), cand_index.stride(1),
-                out.mutable_data_ptr<scalar_t>(), in.first_bad_ptr, plan.tiling, feat_dim,
-                group_size_for(feat_dim, V), plan.staged_stride);
-        C10_CUDA_KERNEL_LAUNCH_CHECK();
-      });
-    });
+  at::Tensor out = at::empty({num_rows, num_cand}, op.x_src.options());
+  op.launch(src_index, num_rows, num_cand, [&](const Plan& plan, auto types) {
+    using T = decltype(types);
+    using scalar_t = typename T::scalar_t;
+    using index_t = typename T::index_t;
+    const int64_t feat_dim = op.x_src.size(1);
+    score_candidates_kernel<scalar_t, index_t, T::vec>
+        <<<plan.grid, plan.threads, plan.shared_bytes, op.stream>>>(
+            op.x_src.const_data_ptr<scalar_t>(), op.x_src.stride(0), op.x_src.size(0),
+            op.x_dst.const_data_ptr<scalar_t>(), op.x_dst.stride(0), op.x_dst.size(0),
+            src_index.const_data_ptr<index_t>(), src_index.stride(0),
+            cand_index.const_data_ptr<index_t>(), cand_index.stride(0), cand_index.stride(1),
+            out.mutable_data_ptr<scalar_t>(), op.first_bad_ptr, plan.tiling, feat_dim,
+            group_size_for(feat_dim, T::vec), plan.staged_stride);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
   });
-  return {out, in.first_bad};
+  return {out, op.first_bad};
 }
 
-std::tuple<at::Tensor, at::Tensor> rank_candidates_cuda(const at::Tensor& x_src_in,
-                                                        const at::Tensor& x_dst_in,
-                                                        const at::Tensor& src_index,
-                                                        const at::Tensor& pos_index,
-                                                        const at::Tensor& neg_index) {
-  check_rank_candidates_args(x_src_in, x_dst_in, src_index, pos_index, neg_index);
-  const c10::cuda::OptionalCUDAGuard guard(x_src_in.device());
-  const Inputs in = prepare(x_src_in, x_dst_in);
+std::tuple<at::Tensor, at::Tensor> rank_candidates_cuda(
+    const at::Tensor& x_src_in, const at::Tensor& x_dst_in, const at::Tensor& src_index,
+    const at::Tensor& pos_index, const at::Tensor& neg_index) {
+  const CandidateOp op(x_src_in, x_dst_in);
   const int64_t num_rows = src_index.size(0), num_cand = neg_index.size(1);
-  at::Tensor rank = at::empty({num_rows}, in.x_src.options().dtype(at::kFloat));
-  if (num_rows == 0) return {rank, in.first_bad};
-  const auto stream = c10::cuda::getCurrentCUDAStream();
-
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, in.x_src.scalar_type(), "rank_candidates_cuda", [&] {
-    AT_DISPATCH_INDEX_TYPES(src_index.scalar_type(), "rank_candidates_cuda", [&] {
-      at::Tensor counts;  // [2, N], only when rows are cut into several tiles
-      unsigned long long* counts_ptr = nullptr;
-      launch_with_plan<scalar_t>(in, num_rows, num_cand, [&](const Plan& plan, auto vec_tag) {
-        constexpr int V = decltype(vec_tag)::value;
-        const int64_t feat_dim = in.x_src.size(1);
-        if (plan.tiling.tiles_per_row > 1) {
-          counts = at::zeros({2, num_rows}, in.first_bad.options());
-          counts_ptr = reinterpret_cast<unsigned long long*>(counts.mutable_data_ptr<int64_t>());
-        }
-        rank_candidates_kernel<scalar_t, index_t, V>
-            <<<plan.grid, plan.threads, plan.shared_bytes, stream>>>(
-                in.x_src.const_data_ptr<scalar_t>(), in.x_src.stride(0), in.x_src.size(0),
-                in.x_dst.const_data_ptr<scalar_t>(), in.x_dst.stride(0), in.x_dst.size(0),
-                src_index.const_data_ptr<index_t>(), src_index.stride(0),
-                pos_index.const_data_ptr<index_t>(), pos_index.stride(0),
-                neg_index.const_data_ptr<index_t>(), neg_index.stride(0), neg_index.stride(1),
-                rank.mutable_data_ptr<float>(), counts_ptr, in.first_bad_ptr, plan.tiling,
-                feat_dim, group_size_for(feat_dim, V), plan.staged_stride);
-        C10_CUDA_KERNEL_LAUNCH_CHECK();
-      });
-      if (counts_ptr != nullptr) {
-        constexpr int kThreads = 256;
-        const int64_t blocks = std::min<int64_t>((num_rows + kThreads - 1) / kThreads,
-                                                 num_sms() * 32);
-        ranks_from_counts_kernel<<<blocks, kThreads, 0, stream>>>(
-            counts_ptr, rank.mutable_data_ptr<float>(), num_rows);
-        C10_CUDA_KERNEL_LAUNCH_CHECK();
-      }
-    });
+  at::Tensor rank = at::empty({num_rows}, op.x_src.options().dtype(at::kFloat));
+  op.launch(src_index, num_rows, num_cand, [&](const Plan& plan, auto types) {
+    using T = decltype(types);
+    using scalar_t = typename T::scalar_t;
+    using index_t = typename T::index_t;
+    const int64_t feat_dim = op.x_src.size(1);
+    at::Tensor counts;  // [2, N], only when rows are cut into several tiles
+    unsigned long long* counts_ptr = nullptr;
+    if (plan.tiling.tiles_per_row > 1) {
+      counts = at::zeros({2, num_rows}, op.first_bad.options());
+      counts_ptr = reinterpret_cast<unsigned long long*>(counts.mutable_data_ptr<int64_t>());
+    }
+    rank_candidates_kernel<scalar_t, index_t, T::vec>
+        <<<plan.grid, plan.threads, plan.shared_bytes, op.stream>>>(
+            op.x_src.const_data_ptr<scalar_t>(), op.x_src.stride(0), op.x_src.size(0),
+            op.x_dst.const_data_ptr<scalar_t>(), op.x_dst.stride(0), op.x_dst.size(0),
+            src_index.const_data_ptr<index_t>(), src_index.stride(0),
+            pos_index.const_data_ptr<index_t>(), pos_index.stride(0),
+            neg_index.const_data_ptr<index_t>(), neg_index.stride(0), neg_index.stride(1),
+            rank.mutable_data_ptr<float>(), counts_ptr, op.first_bad_ptr, plan.tiling,
+            feat_dim, group_size_for(feat_dim, T::vec), plan.staged_stride);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    if (counts_ptr != nullptr) {
+      constexpr int kThreads = 256;
+      const int64_t blocks = std::min<int64_t>((num_rows + kThreads - 1) / kThreads,
+                                               num_sms() * 32);
+      ranks_from_counts_kernel<<<blocks, kThreads, 0, op.stream>>>(
+          counts_ptr, rank.mutable_data_ptr<float>(), num_rows);
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+    }
   });
-  return {rank, in.first_bad};
+  return {rank, op.first_bad};
 }
 
 }  // namespace
 
 TORCH_LIBRARY_IMPL(pyg_edgedot, CUDA, m) {
-  m.impl("score_candidates", &score_candidates_cuda);
-  m.impl("rank_candidates", &rank_candidates_cuda);
+  impl_candidate_ops<&score_candidates_cuda, &rank_candidates_cuda>(m);
 }
 
 }  // namespace pyg_edgedot

@@ -1,10 +1,13 @@
-// CUDA kernels of pyg_edgedot: a fused forward and a fused, deterministic backward.
+// CUDA kernels of the edge_dot group: a fused forward and a fused, deterministic backward.
+// The relation-weighted ops (edge_dot_rel, edge_dot_rel_grad; schemas in edge_dot_rel.cpp) are
+// these same kernels with a third row per edge (template parameters REL and TRIPLE), so they
+// live here too.
 //
 // Forward: a group of G lanes (a power of two <= 32) scores EPG edges at once; each lane
 // reads 16-byte vectors of both rows (scalars when rows are not aligned), kept packed until
 // used, accumulates in opmath, and the group reduces with shuffles. Both rows are loaded for
-// every edge: with edges sorted by source, L1/L2 serve the repeated source rows (skipping the
-// load in registers was measured slower, benchmarks/NOTES.md v6). Traffic: 2 * E * D
+// every edge: with edges sorted by source, L1/L2 serve the repeated source rows, and keeping
+// a repeated source row in registers instead measured slower. Traffic: 2 * E * D
 // elements gathered (less from DRAM with sorted sources), E indices of each side, E scores.
 // No [E, D] intermediate.
 //
@@ -37,6 +40,24 @@ namespace {
 
 constexpr int kThreads = 256;
 using namespace ::pyg_edgedot::cuda;
+
+template <typename T>
+struct TypeTag {
+  using type = T;
+};
+
+// The four template instances of a kernel with two compile-time choices, picked at run time:
+// f(A{} or B{} as `first` says, std::true_type{} or std::false_type{} as `flag` says).
+template <typename A, typename B, typename F>
+void dispatch_choices(bool first, bool flag, F&& f) {
+  if (flag) {
+    if (first) f(A{}, std::true_type{});
+    else f(B{}, std::true_type{});
+  } else {
+    if (first) f(A{}, std::false_type{});
+    else f(B{}, std::false_type{});
+  }
+}
 
 inline int64_t grid_for(int64_t num_warps_needed) {
   const int64_t warps_per_block = kThreads / kWarp;
@@ -184,12 +205,10 @@ void launch_forward(const at::Tensor& x_src, const at::Tensor& x_dst, const at::
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
-std::tuple<at::Tensor, at::Tensor> edge_dot_cuda_any(const at::Tensor& x_src_in,
-                                                     const at::Tensor& x_dst_in,
-                                                     const at::Tensor& rel_in,
-                                                     const at::Tensor& src_index,
-                                                     const at::Tensor& dst_index,
-                                                     const at::Tensor& rel_index) {
+// The forward of edge_dot and edge_dot_rel (rel, rel_index undefined for edge_dot).
+std::tuple<at::Tensor, at::Tensor> edge_dot_cuda(
+    const at::Tensor& x_src_in, const at::Tensor& x_dst_in, const at::Tensor& rel_in,
+    const at::Tensor& src_index, const at::Tensor& dst_index, const at::Tensor& rel_index) {
   const c10::cuda::OptionalCUDAGuard guard(x_src_in.device());
   const at::Tensor x_src = unit_column_stride(x_src_in);
   const at::Tensor x_dst = unit_column_stride(x_dst_in);
@@ -210,37 +229,11 @@ std::tuple<at::Tensor, at::Tensor> edge_dot_cuda_any(const at::Tensor& x_src_in,
         launch_forward<scalar_t, index_t, decltype(vec_tag)::value, decltype(rel_tag)::value>(
             x_src, x_dst, rel, src_index, dst_index, rel_index, out, first_bad_ptr);
       };
-      using Vec16 = std::integral_constant<int, kVec>;
-      using Scalar = std::integral_constant<int, 1>;
-      if (has_rel) {
-        if (vectorized) launch(Vec16{}, std::true_type{});
-        else launch(Scalar{}, std::true_type{});
-      } else {
-        if (vectorized) launch(Vec16{}, std::false_type{});
-        else launch(Scalar{}, std::false_type{});
-      }
+      dispatch_choices<std::integral_constant<int, kVec>, std::integral_constant<int, 1>>(
+          vectorized, has_rel, launch);
     });
   });
   return {out, first_bad};
-}
-
-std::tuple<at::Tensor, at::Tensor> edge_dot_cuda(const at::Tensor& x_src,
-                                                 const at::Tensor& x_dst,
-                                                 const at::Tensor& src_index,
-                                                 const at::Tensor& dst_index) {
-  check_edge_dot_args(x_src, x_dst, src_index, dst_index);
-  return edge_dot_cuda_any(x_src, x_dst, at::Tensor(), src_index, dst_index, at::Tensor());
-}
-
-std::tuple<at::Tensor, at::Tensor> edge_dot_rel_cuda(const at::Tensor& x_src,
-                                                     const at::Tensor& x_dst,
-                                                     const at::Tensor& rel,
-                                                     const at::Tensor& src_index,
-                                                     const at::Tensor& dst_index,
-                                                     const at::Tensor& rel_index) {
-  check_edge_dot_args(x_src, x_dst, src_index, dst_index);
-  check_rel_args(x_src, rel, src_index, rel_index);
-  return edge_dot_cuda_any(x_src, x_dst, rel, src_index, dst_index, rel_index);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -299,6 +292,19 @@ __global__ void rowptr_from_sorted_kernel(const key_t* __restrict__ sorted_keys,
     const int64_t cur = i == num_edges ? num_rows : static_cast<int64_t>(sorted_keys[i]);
     for (int64_t r = prev + 1; r <= cur; ++r) rowptr[r] = static_cast<key_t>(i);
   }
+}
+
+// The summing kernels split the grid into groups of group_size lanes (a power of two <= 32):
+// this thread's group, the number of groups, and its lane in the group.
+struct GroupOfThread {
+  int64_t group, num_groups;
+  int lane;
+};
+
+__device__ __forceinline__ GroupOfThread group_of_thread(int group_size) {
+  const int64_t thread = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  return {thread / group_size, static_cast<int64_t>(gridDim.x) * blockDim.x / group_size,
+          static_cast<int>(threadIdx.x % group_size)};
 }
 
 // Where the walking and piece kernels read their inputs.
@@ -451,7 +457,7 @@ __device__ __forceinline__ void walk_rows(const Payload* __restrict__ payload,
 }
 
 // Edges whose rows are in flight per step of the walk, and blocks per SM the register budget
-// is set for (2: at most 128 registers). Measured on the H200 (benchmarks/NOTES.md, v5): 8
+// is set for (2: at most 128 registers). Measured on the H200 (benchmarks/NOTES.md): 8
 // edges for two-factor gradients (W3 forward + backward 19.4 ms against 21.0-22.0 with 4
 // edges or 3 blocks), 4 for three-factor ones (DistMult 36.1 ms against 40.1 with 8).
 template <bool TRIPLE>
@@ -467,10 +473,7 @@ __global__ void __launch_bounds__(kThreads, kWalkMinBlocks) edge_dot_grad_walk_k
     scalar_t* __restrict__ out,              // [num_rows, D]
     int64_t num_rows, int64_t feat_dim, int group_size, int64_t piece_edges,
     int64_t stretch_rows) {
-  const int64_t thread = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  const int64_t group = thread / group_size;
-  const int64_t num_groups = static_cast<int64_t>(gridDim.x) * blockDim.x / group_size;
-  const int lane = threadIdx.x % group_size;
+  const auto [group, num_groups, lane] = group_of_thread(group_size);
   const int64_t num_stretches = (num_rows + stretch_rows - 1) / stretch_rows;
   const unsigned group_mask =
       group_size == kWarp ? 0xffffffffu
@@ -524,10 +527,7 @@ __global__ void __launch_bounds__(kThreads) edge_dot_grad_pieces_kernel(
     int64_t num_rows, int64_t max_pieces, int64_t feat_dim, int group_size,
     int64_t piece_edges) {
   using acc_t = at::opmath_type<scalar_t>;
-  const int64_t thread = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  const int64_t group = thread / group_size;
-  const int64_t num_groups = static_cast<int64_t>(gridDim.x) * blockDim.x / group_size;
-  const int lane = threadIdx.x % group_size;
+  const auto [group, num_groups, lane] = group_of_thread(group_size);
   const int64_t total = piece_end[num_rows - 1] < max_pieces ? piece_end[num_rows - 1] : max_pieces;
 
   for (int64_t piece = group; piece < total; piece += num_groups) {
@@ -559,10 +559,7 @@ __global__ void __launch_bounds__(kThreads) edge_dot_grad_finish_kernel(
     scalar_t* __restrict__ out, int64_t num_rows, int64_t feat_dim, int group_size,
     int64_t piece_edges) {
   using acc_t = at::opmath_type<scalar_t>;
-  const int64_t thread = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  const int64_t group = thread / group_size;
-  const int64_t num_groups = static_cast<int64_t>(gridDim.x) * blockDim.x / group_size;
-  const int lane = threadIdx.x % group_size;
+  const auto [group, num_groups, lane] = group_of_thread(group_size);
 
   for (int64_t row = group; row < num_rows; row += num_groups) {
     const int64_t degree =
@@ -586,10 +583,6 @@ __global__ void __launch_bounds__(kThreads) edge_dot_grad_finish_kernel(
   }
 }
 
-template <typename T>
-struct TypeTag {
-  using type = T;
-};
 
 inline int sort_end_bit(int64_t max_key) {
   int bits = 1;
@@ -605,21 +598,32 @@ inline int64_t piece_edges_for(int64_t num_edges) {
   return std::max<int64_t>(2048, root);
 }
 
-// out[scatter[e]] += grad[e] * (x_other[other[e]] *) x_gather[gather[e]], one call per
-// gradient; x_other / other_index only with TRIPLE.
-template <typename scalar_t, typename index_t, typename key_t, bool TRIPLE>
-void grad_one_side(const at::Tensor& grad_out, const at::Tensor& x_gather,
-                   const at::Tensor& scatter_index, const at::Tensor& gather_index,
-                   const at::Tensor& x_other, const at::Tensor& other_index, at::Tensor& out) {
-  using acc_t = at::opmath_type<scalar_t>;
-  using Payload = EdgePayload<acc_t, key_t, TRIPLE>;
-  const int64_t num_edges = grad_out.size(0), num_rows = out.size(0);
-  const int64_t feat_dim = x_gather.size(1);
-  const auto stream = c10::cuda::getCurrentCUDAStream();
-  const auto key_opts = grad_out.options().dtype(sizeof(key_t) == 4 ? at::kInt : at::kLong);
+// Keys are the output rows: 32-bit (int) or 64-bit (long) tensors on the device of `like`.
+template <typename key_t>
+at::TensorOptions key_options(const at::Tensor& like) {
+  return like.options().dtype(sizeof(key_t) == 4 ? at::kInt : at::kLong);
+}
 
-  // Sort (key, payload) by key; CUB's double buffers avoid a second pair of copies.
-  at::Tensor keys = at::empty({2, num_edges}, key_opts);
+// The edges sorted by output row: keys[i] is the row of sorted edge i (num_rows for an index
+// out of range, sorted last and never read), payload[i] what the summing kernels read of it.
+// The storage holds both halves of CUB's double buffers; keys and payload point into it.
+template <typename key_t, typename Payload>
+struct SortedEdges {
+  at::Tensor key_storage, payload_storage;
+  const key_t* keys;        // [E]
+  const Payload* payload;   // [E]
+};
+
+// Radix-sorts (scatter index, payload) by scatter index, on only the bits that num_rows needs.
+// CUB's double buffers avoid a second pair of copies.
+template <typename scalar_t, typename index_t, typename key_t, bool TRIPLE>
+SortedEdges<key_t, EdgePayload<at::opmath_type<scalar_t>, key_t, TRIPLE>> sort_by_row(
+    const at::Tensor& grad_out, const at::Tensor& x_gather, const at::Tensor& scatter_index,
+    const at::Tensor& gather_index, const at::Tensor& x_other, const at::Tensor& other_index,
+    int64_t num_rows, cudaStream_t stream) {
+  using Payload = EdgePayload<at::opmath_type<scalar_t>, key_t, TRIPLE>;
+  const int64_t num_edges = grad_out.size(0);
+  at::Tensor keys = at::empty({2, num_edges}, key_options<key_t>(grad_out));
   at::Tensor payload = at::empty({2 * num_edges * static_cast<int64_t>(sizeof(Payload))},
                                  grad_out.options().dtype(at::kByte));
   key_t* keys_ptr = keys.mutable_data_ptr<key_t>();
@@ -641,78 +645,143 @@ void grad_one_side(const at::Tensor& grad_out, const at::Tensor& x_gather,
   at::Tensor temp = at::empty({static_cast<int64_t>(temp_bytes)}, grad_out.options().dtype(at::kByte));
   C10_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp.mutable_data_ptr(), temp_bytes, key_buf,
                                                  payload_buf, num_edges, 0, end_bit, stream));
+  return SortedEdges<key_t, Payload>{keys, payload, key_buf.Current(), payload_buf.Current()};
+}
 
+// The CSR row pointer [num_rows + 1] of the sorted keys.
+template <typename key_t>
+at::Tensor build_rowptr(const key_t* sorted_keys, int64_t num_edges, int64_t num_rows,
+                        const at::TensorOptions& key_opts, cudaStream_t stream) {
   at::Tensor rowptr = at::empty({num_rows + 1}, key_opts);
   rowptr_from_sorted_kernel<key_t><<<grid_for((num_edges + kWarp) / kWarp), kThreads, 0, stream>>>(
-      key_buf.Current(), num_edges, num_rows, rowptr.mutable_data_ptr<key_t>());
+      sorted_keys, num_edges, num_rows, rowptr.mutable_data_ptr<key_t>());
   C10_CUDA_KERNEL_LAUNCH_CHECK();
+  return rowptr;
+}
 
+// The vector width of the summing kernels: 16-byte vectors when every row they read and the
+// output start on 16-byte boundaries, else scalars.
+template <typename scalar_t, bool TRIPLE>
+int choose_width(const at::Tensor& x_gather, const at::Tensor& x_other, const at::Tensor& out) {
   constexpr int kVec = 16 / sizeof(scalar_t);
   const bool vectorized = rows_vectorizable(x_gather, kVec) && aligned16(out.const_data_ptr()) &&
                           (!TRIPLE || rows_vectorizable(x_other, kVec));
-  const int group = group_size_for(feat_dim, vectorized ? kVec : 1);
-  const int64_t rows_per_warp = kWarp / group;
-  const int64_t grid = grid_for((num_rows + rows_per_warp - 1) / rows_per_warp);
-  const int64_t piece_edges = piece_edges_for(num_edges);
+  return vectorized ? kVec : 1;
+}
+
+// The work sizes of the summing kernels.
+struct GradPlan {
+  int group;              // lanes per group
+  int64_t rows_per_warp;  // groups per warp
+  int64_t piece_edges;    // edges per piece of a long row
+  int64_t max_pieces;     // an upper bound on the pieces of all long rows (0: no row is long)
+  int64_t stretch_rows;   // rows per stretch of the walking kernel
+  int64_t walk_grid;      // blocks of the walking kernel
+};
+
+GradPlan plan_grad(int64_t num_edges, int64_t num_rows, int64_t feat_dim, int vec) {
+  GradPlan plan;
+  plan.group = group_size_for(feat_dim, vec);
+  plan.rows_per_warp = kWarp / plan.group;
+  plan.piece_edges = piece_edges_for(num_edges);
   // Each long row has more than piece_edges edges and ceil(degree / piece_edges) pieces, so
   // there are at most 2 * E / piece_edges pieces in all.
-  const int64_t max_pieces = num_edges > piece_edges ? 2 * num_edges / piece_edges + 1 : 0;
-  const GatherRows<scalar_t> in{
-      x_gather.const_data_ptr<scalar_t>(), x_gather.stride(0),
-      TRIPLE ? x_other.const_data_ptr<scalar_t>() : nullptr, TRIPLE ? x_other.stride(0) : 0};
+  plan.max_pieces = num_edges > plan.piece_edges ? 2 * num_edges / plan.piece_edges + 1 : 0;
   // Rows per stretch of the walking kernel: about 256 edges at the mean degree, fewer when
   // that would leave resident groups idle (a stretch's walk is serial: at E = 16K, 256-edge
   // stretches made the walk 55 us of latency). Each row is summed alone, in sorted order, so
   // the stretch length never changes the result.
   const int64_t mean_degree = std::max<int64_t>(1, num_edges / num_rows);
   const int64_t resident_groups =
-      num_sms() * (kThreads / kWarp) * kWalkMinBlocks * rows_per_warp;
+      num_sms() * (kThreads / kWarp) * kWalkMinBlocks * plan.rows_per_warp;
   const int64_t stretch_edges = std::clamp<int64_t>(num_edges / resident_groups, 1, 256);
-  const int64_t stretch_rows = std::clamp<int64_t>(stretch_edges / mean_degree, 1, 256);
-  const int64_t num_stretches = (num_rows + stretch_rows - 1) / stretch_rows;
-  const int64_t walk_grid = grid_for((num_stretches + rows_per_warp - 1) / rows_per_warp);
+  plan.stretch_rows = std::clamp<int64_t>(stretch_edges / mean_degree, 1, 256);
+  const int64_t num_stretches = (num_rows + plan.stretch_rows - 1) / plan.stretch_rows;
+  plan.walk_grid = grid_for((num_stretches + plan.rows_per_warp - 1) / plan.rows_per_warp);
+  return plan;
+}
+
+// Every row of at most piece_edges edges, summed and written by the walking kernel.
+template <typename scalar_t, int VEC, bool TRIPLE, typename key_t, typename Payload>
+void launch_walk(const SortedEdges<key_t, Payload>& sorted, const GatherRows<scalar_t>& in,
+                 const at::Tensor& rowptr, at::Tensor& out, const GradPlan& plan,
+                 cudaStream_t stream) {
+  edge_dot_grad_walk_kernel<scalar_t, Payload, key_t, VEC, TRIPLE, kWalkEdgesInFlight<TRIPLE>>
+      <<<plan.walk_grid, kThreads, 0, stream>>>(
+          sorted.payload, sorted.keys, in, rowptr.const_data_ptr<key_t>(),
+          out.mutable_data_ptr<scalar_t>(), out.size(0), out.size(1), plan.group,
+          plan.piece_edges, plan.stretch_rows);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+// The long rows, which the walk skips: each piece's partial sum in opmath, then each row's
+// pieces added in order and written once.
+template <typename scalar_t, int VEC, bool TRIPLE, typename key_t, typename Payload>
+void launch_long_rows(const SortedEdges<key_t, Payload>& sorted, const GatherRows<scalar_t>& in,
+                      const at::Tensor& rowptr, at::Tensor& out, const GradPlan& plan,
+                      cudaStream_t stream) {
+  using acc_t = at::opmath_type<scalar_t>;
+  const int64_t num_rows = out.size(0), feat_dim = out.size(1);
+  at::Tensor piece_end = at::empty({num_rows}, out.options().dtype(at::kLong));
+  count_pieces_kernel<key_t><<<grid_for((num_rows + kWarp - 1) / kWarp), kThreads, 0, stream>>>(
+      rowptr.const_data_ptr<key_t>(), num_rows, plan.piece_edges,
+      piece_end.mutable_data_ptr<int64_t>());
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  piece_end.cumsum_(0);
+  at::Tensor partial = at::empty({plan.max_pieces, feat_dim},
+                                 out.options().dtype(at::toOpMathType(out.scalar_type())));
+  const int64_t pieces_grid =
+      grid_for((plan.max_pieces + plan.rows_per_warp - 1) / plan.rows_per_warp);
+  edge_dot_grad_pieces_kernel<scalar_t, Payload, key_t, VEC, TRIPLE>
+      <<<pieces_grid, kThreads, 0, stream>>>(
+          sorted.payload, in, rowptr.const_data_ptr<key_t>(),
+          piece_end.const_data_ptr<int64_t>(), partial.mutable_data_ptr<acc_t>(), num_rows,
+          plan.max_pieces, feat_dim, plan.group, plan.piece_edges);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  const int64_t rows_grid = grid_for((num_rows + plan.rows_per_warp - 1) / plan.rows_per_warp);
+  edge_dot_grad_finish_kernel<scalar_t, key_t, VEC><<<rows_grid, kThreads, 0, stream>>>(
+      partial.const_data_ptr<acc_t>(), rowptr.const_data_ptr<key_t>(),
+      piece_end.const_data_ptr<int64_t>(), out.mutable_data_ptr<scalar_t>(), num_rows,
+      feat_dim, plan.group, plan.piece_edges);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+// out[scatter[e]] += grad[e] * (x_other[other[e]] *) x_gather[gather[e]], one call per
+// gradient; x_other / other_index only with TRIPLE.
+template <typename scalar_t, typename index_t, typename key_t, bool TRIPLE>
+void grad_one_side(const at::Tensor& grad_out, const at::Tensor& x_gather,
+                   const at::Tensor& scatter_index, const at::Tensor& gather_index,
+                   const at::Tensor& x_other, const at::Tensor& other_index, at::Tensor& out) {
+  const int64_t num_edges = grad_out.size(0), num_rows = out.size(0);
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  const auto sorted = sort_by_row<scalar_t, index_t, key_t, TRIPLE>(
+      grad_out, x_gather, scatter_index, gather_index, x_other, other_index, num_rows, stream);
+  const at::Tensor rowptr =
+      build_rowptr(sorted.keys, num_edges, num_rows, key_options<key_t>(grad_out), stream);
+  const GatherRows<scalar_t> in{
+      x_gather.const_data_ptr<scalar_t>(), x_gather.stride(0),
+      TRIPLE ? x_other.const_data_ptr<scalar_t>() : nullptr, TRIPLE ? x_other.stride(0) : 0};
   auto launch = [&](auto vec_tag) {
     constexpr int V = decltype(vec_tag)::value;
-    edge_dot_grad_walk_kernel<scalar_t, Payload, key_t, V, TRIPLE, kWalkEdgesInFlight<TRIPLE>>
-        <<<walk_grid, kThreads, 0, stream>>>(
-            payload_buf.Current(), key_buf.Current(), in, rowptr.const_data_ptr<key_t>(),
-            out.mutable_data_ptr<scalar_t>(), num_rows, feat_dim, group, piece_edges,
-            stretch_rows);
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-    if (max_pieces == 0) return;  // no row can be long
-    at::Tensor piece_end = at::empty({num_rows}, grad_out.options().dtype(at::kLong));
-    count_pieces_kernel<key_t><<<grid_for((num_rows + kWarp - 1) / kWarp), kThreads, 0, stream>>>(
-        rowptr.const_data_ptr<key_t>(), num_rows, piece_edges,
-        piece_end.mutable_data_ptr<int64_t>());
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-    piece_end.cumsum_(0);
-    at::Tensor partial = at::empty({max_pieces, feat_dim},
-                                   grad_out.options().dtype(at::toOpMathType(x_gather.scalar_type())));
-    const int64_t pieces_grid = grid_for((max_pieces + rows_per_warp - 1) / rows_per_warp);
-    edge_dot_grad_pieces_kernel<scalar_t, Payload, key_t, V, TRIPLE>
-        <<<pieces_grid, kThreads, 0, stream>>>(
-            payload_buf.Current(), in, rowptr.const_data_ptr<key_t>(),
-            piece_end.const_data_ptr<int64_t>(), partial.mutable_data_ptr<acc_t>(), num_rows,
-            max_pieces, feat_dim, group, piece_edges);
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-    edge_dot_grad_finish_kernel<scalar_t, key_t, V><<<grid, kThreads, 0, stream>>>(
-        partial.const_data_ptr<acc_t>(), rowptr.const_data_ptr<key_t>(),
-        piece_end.const_data_ptr<int64_t>(), out.mutable_data_ptr<scalar_t>(), num_rows,
-        feat_dim, group, piece_edges);
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    const GradPlan plan = plan_grad(num_edges, num_rows, x_gather.size(1), V);
+    launch_walk<scalar_t, V, TRIPLE>(sorted, in, rowptr, out, plan, stream);
+    if (plan.max_pieces > 0) {
+      launch_long_rows<scalar_t, V, TRIPLE>(sorted, in, rowptr, out, plan, stream);
+    }
   };
-  if (vectorized) {
+  constexpr int kVec = 16 / sizeof(scalar_t);
+  if (choose_width<scalar_t, TRIPLE>(x_gather, x_other, out) == kVec) {
     launch(std::integral_constant<int, kVec>{});
   } else {
     launch(std::integral_constant<int, 1>{});
   }
 }
 
-// x_other / other_index undefined: the two-factor gradient of edge_dot.
-at::Tensor edge_dot_grad_cuda_any(const at::Tensor& grad_out_in, const at::Tensor& x_gather_in,
-                                  const at::Tensor& scatter_index,
-                                  const at::Tensor& gather_index, const at::Tensor& x_other_in,
-                                  const at::Tensor& other_index, int64_t num_rows) {
+// The gradients of edge_dot and edge_dot_rel (x_other, other_index undefined for edge_dot's).
+at::Tensor edge_dot_grad_cuda(const at::Tensor& grad_out_in, const at::Tensor& x_gather_in,
+                              const at::Tensor& scatter_index, const at::Tensor& gather_index,
+                              const at::Tensor& x_other_in, const at::Tensor& other_index,
+                              int64_t num_rows) {
   const c10::cuda::OptionalCUDAGuard guard(x_gather_in.device());
   const at::Tensor x_gather = unit_column_stride(x_gather_in);
   const bool triple = x_other_in.defined();
@@ -734,43 +803,16 @@ at::Tensor edge_dot_grad_cuda_any(const at::Tensor& grad_out_in, const at::Tenso
         grad_one_side<scalar_t, index_t, key_t, decltype(triple_tag)::value>(
             grad_out, x_gather, scatter_index, gather_index, x_other, other_index, out);
       };
-      using Key32 = TypeTag<int32_t>;
-      using Key64 = TypeTag<int64_t>;
-      if (triple) {
-        if (small_keys) run(Key32{}, std::true_type{});
-        else run(Key64{}, std::true_type{});
-      } else {
-        if (small_keys) run(Key32{}, std::false_type{});
-        else run(Key64{}, std::false_type{});
-      }
+      dispatch_choices<TypeTag<int32_t>, TypeTag<int64_t>>(small_keys, triple, run);
     });
   });
   return out;
 }
 
-at::Tensor edge_dot_grad_cuda(const at::Tensor& grad_out, const at::Tensor& x_gather,
-                              const at::Tensor& scatter_index, const at::Tensor& gather_index,
-                              int64_t num_rows) {
-  check_edge_dot_grad_args(grad_out, x_gather, scatter_index, gather_index, num_rows);
-  return edge_dot_grad_cuda_any(grad_out, x_gather, scatter_index, gather_index, at::Tensor(),
-                                at::Tensor(), num_rows);
-}
-
-at::Tensor edge_dot_rel_grad_cuda(const at::Tensor& grad_out, const at::Tensor& x_a,
-                                  const at::Tensor& x_b, const at::Tensor& scatter_index,
-                                  const at::Tensor& a_index, const at::Tensor& b_index,
-                                  int64_t num_rows) {
-  check_rel_grad_args(grad_out, x_a, x_b, scatter_index, a_index, b_index, num_rows);
-  return edge_dot_grad_cuda_any(grad_out, x_b, scatter_index, b_index, x_a, a_index, num_rows);
-}
-
 }  // namespace
 
 TORCH_LIBRARY_IMPL(pyg_edgedot, CUDA, m) {
-  m.impl("edge_dot", &edge_dot_cuda);
-  m.impl("edge_dot_grad", &edge_dot_grad_cuda);
-  m.impl("edge_dot_rel", &edge_dot_rel_cuda);
-  m.impl("edge_dot_rel_grad", &edge_dot_rel_grad_cuda);
+  impl_edge_dot_ops<&edge_dot_cuda, &edge_dot_grad_cuda>(m);
 }
 
 }  // namespace pyg_edgedot
