@@ -6,11 +6,13 @@
 #
 # Steps (each of tests, triton, fallback and bench takes most of a device call's 10 minutes
 # with a cold build, so give it a call of its own):
-#   tests      the full suite with the CUDA extension
+#   tests      the full suite with the CUDA extension (TESTS_ARGS: extra pytest arguments,
+#              e.g. TESTS_ARGS='-k "cuda or triton"' for the CUDA cases alone)
 #   triton     the CUDA and Triton tests with nvcc hidden, so CUDA tensors take the Triton path
 #   fallback   the full suite with PYG_EDGEDOT_FORCE_FALLBACK=1 (pure PyTorch, no build)
 #   sanitizer  compute-sanitizer memcheck on benchmarks/oob_probe.py (bad indices): 0 errors
 #   bench      benchmarks/bench_edge_dot.py -> h200.{json,log,png} (README "Performance")
+#   host       the host-overhead table and W1, W2 alone -> h200_host.{json,log,png}
 #   beyond     benchmarks/bench_beyond.py -> h200_beyond.{json,log} (README "Beyond the peers")
 #   examples   examples/link_pred.py, both decoders -> link_pred_gpu_{edgedot,eager}.json
 #   ddp        examples/ddp_link_pred.py under torchrun, NCCL, 1 GPU -> ddp_nccl_1gpu_h200.json
@@ -31,7 +33,7 @@ for step in "$@"; do
   echo "=== $step"
   case "$step" in
     tests)
-      pytest_all tests | tee "$OUT/pytest.log" | tail -15 ;;
+      eval "pytest_all tests ${TESTS_ARGS:-}" | tee "$OUT/pytest.log" | tail -15 ;;
     triton)
       # nvcc hidden (CUDA_HOME pointing nowhere, a build cache of its own): the report must
       # say "Triton kernels", then every CUDA and Triton test runs against that path.
@@ -53,6 +55,10 @@ for step in "$@"; do
       # The host-overhead table at W1, then W1-W7 x {random, sorted} x every peer + the giant.
       python3 benchmarks/bench_edge_dot.py --out "$OUT/h200.json" --plot "$OUT/h200.png" \
         2>&1 | tee "$OUT/h200.log" | tail -60 ;;
+    host)
+      python3 benchmarks/bench_edge_dot.py --sections host,peers --workloads W1,W2 \
+        --skip-giant --out "$OUT/h200_host.json" --plot "$OUT/h200_host.png" 2>&1 \
+        | tee "$OUT/h200_host.log" | tail -40 ;;
     beyond)
       # Ranking, candidate scoring, DistMult, and the Triton path (a PYG_EDGEDOT_CUDA=0 child).
       python3 benchmarks/bench_beyond.py --out "$OUT/h200_beyond.json" 2>&1 \
@@ -69,7 +75,7 @@ for step in "$@"; do
       torchrun --standalone --nproc_per_node 1 examples/ddp_link_pred.py --device cuda \
         --num-nodes 200000 --avg-degree 20 --neg-sampling uniform --epochs 3 --no-progress \
         --json "$OUT/ddp_nccl_1gpu_h200.json" 2>&1 | tail -6 ;;
-    *) echo "unknown step $step (steps: tests triton fallback sanitizer bench beyond examples ddp)"
+    *) echo "unknown step $step (steps: tests triton fallback sanitizer bench host beyond examples ddp)"
        exit 2 ;;
   esac
 done

@@ -129,7 +129,7 @@ def test_validation_on_meta_tensors_is_skipped():
 
 
 @pytest.mark.skipif(not HAS_CUDA, reason="needs CUDA")
-def test_no_host_sync_in_the_steady_state(gen):
+def test_cuda_no_host_sync_in_the_steady_state(gen):
     x_src = randn(gen, 50, 16, device="cuda").requires_grad_(True)
     x_dst = randn(gen, 40, 16, device="cuda").requires_grad_(True)
     ei = random_edge_index(gen, 50, 40, 300, torch.int64, "cuda")
@@ -155,7 +155,7 @@ def test_no_host_sync_in_the_steady_state(gen):
 
 @pytest.mark.skipif(not HAS_CUDA, reason="needs CUDA")
 @pytest.mark.parametrize("num_edges", [300, 5000])
-def test_no_host_sync_in_the_backward(num_edges, gen):
+def test_cuda_no_host_sync_in_the_backward(num_edges, gen):
     x_src = randn(gen, 50, 16, device="cuda").requires_grad_(True)
     x_dst = randn(gen, 40, 16, device="cuda").requires_grad_(True)
     ei = random_edge_index(gen, 50, 40, num_edges, torch.int64, "cuda")
@@ -177,7 +177,7 @@ def test_sampler_output_is_remembered_as_valid(gen):
 
 
 @pytest.mark.skipif(not HAS_CUDA, reason="needs CUDA")
-def test_scoring_sampled_negatives_makes_no_host_sync(gen):
+def test_cuda_scoring_sampled_negatives_makes_no_host_sync(gen):
     x = randn(gen, 60, 16, device="cuda")
     edge_index = random_edge_index(gen, 60, 60, 300, torch.int64, "cuda")
     negatives = pyg_edgedot.NegativeSampler(edge_index, 60).sample(200)
