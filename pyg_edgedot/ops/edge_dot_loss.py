@@ -262,11 +262,7 @@ def edge_dot_loss(x_src: Tensor, x_dst: Tensor, edge_index: Tensor, *, num_negat
     out, first_bad, _ = torch.ops.pyg_edgedot.edge_dot_loss(
         x_src, x_dst, src_index, dst_index, *space[:3], num_negatives, space.num_src_nodes,
         space.num_dst_nodes, space.self_loops, negatives, loss, reduction)
-    num_src, num_dst = x_src.size(0), x_dst.size(0)
-    _checks.raise_if_out_of_range(
-        op, validate, first_bad, [(edge_index, (num_src, num_dst))],
-        [_checks.Bound("edge_index[0]", src_index, "x_src", num_src),
-         _checks.Bound("edge_index[1]", dst_index, "x_dst", num_dst)], "edge")
+    _checks.raise_if_edge_out_of_range(op, validate, first_bad, edge_index, x_src, x_dst)
     return out
 
 
