@@ -9,7 +9,8 @@ import subprocess
 import sys
 
 _NAMES = {"cuda": "fused CUDA kernel", "cpp": "fused C++ kernel", "triton": "Triton kernels",
-          "python": "pure-PyTorch fallback (slow)"}
+          "python": "pure-PyTorch fallback (slow)",
+          "composite": "Python over the fused ops"}
 
 
 def _nvcc_version(nvcc):

@@ -8,6 +8,8 @@ same table.
 * CPU: the fused C++ kernel (``cpp``), else the pure-PyTorch fallback (``python``).
 * CUDA: the fused CUDA kernel (``cuda``) when it was built; else the Triton kernels
   (``triton``) for the groups that have them, when Triton can run; else ``python``.
+* A group with ``COMPOSITE = True`` (``edge_dot_loss``) has no kernel of its own: its
+  Python implementation, made of the other groups' ops, serves every device (``composite``).
 
 When nothing could be compiled, the op schemas are defined from Python (read from
 ``csrc/<group>.cpp``, see :func:`pyg_edgedot._build.schemas`), so the public API, autograd
@@ -26,7 +28,7 @@ DEVICES = ("cpu", "cuda")
 
 
 class Backend(NamedTuple):
-    impl: str                  # "cuda", "cpp", "triton" or "python"
+    impl: str                  # "cuda", "cpp", "triton", "python" or "composite"
     reason: Optional[str]      # why a faster implementation does not serve, or None
 
 
@@ -47,10 +49,14 @@ def triton_unusable(config: Config) -> Optional[str]:
 
 
 def decide(build: _build.BuildResult, triton_error: Optional[str],
-           groups_with_triton: Dict[str, bool]) -> Table:
+           groups_with_triton: Dict[str, bool], composite: Sequence[str] = ()) -> Table:
     """``{(group, device): Backend}`` for every op group and device."""
     table: Table = {}
     for group, has_triton in groups_with_triton.items():
+        if group in composite:
+            for device in DEVICES:
+                table[group, device] = Backend("composite", None)
+            continue
         if build.extension is not None:
             table[group, "cpu"] = Backend("cpp", None)
         else:
@@ -130,7 +136,8 @@ def load() -> None:
     triton_error = None if build.extension == "cuda" else triton_unusable(config)
     groups = _groups()
     table = decide(build, triton_error,
-                   {g.NAME: hasattr(g, "triton_impls") for g in groups})
+                   {g.NAME: hasattr(g, "triton_impls") for g in groups},
+                   [g.NAME for g in groups if getattr(g, "COMPOSITE", False)])
     _register(table, build, groups)
     _LOADED = _Loaded(config, build, triton_error, table)
     _warn(build, table)

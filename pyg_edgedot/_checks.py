@@ -275,3 +275,124 @@ def raise_if_out_of_range(op: str, validate: bool, first_bad: Tensor,
             VALIDATED.add(keys)
         return
     raise IndexError(out_of_range_message(op, position, bounds, unit))
+
+
+# ---------------------------------------------------------------------------------------
+# edge_dot_loss: options, seed, sampler and the registered ops' extra arguments
+# ---------------------------------------------------------------------------------------
+
+LOSS_CHOICES = {"negatives": ("structured", "uniform"), "loss": ("bce", "bpr"),
+                "reduction": ("mean", "sum")}
+
+
+def check_loss_options(op: str, num_negatives, **choices: str) -> int:
+    """``num_negatives`` an int >= 1; each of ``negatives``, ``loss``, ``reduction`` one of
+    :data:`LOSS_CHOICES`. Returns ``num_negatives``."""
+    if isinstance(num_negatives, bool) or not isinstance(num_negatives, int):
+        raise TypeError(f"{op}: num_negatives must be an int (got "
+                        f"{type(num_negatives).__name__})")
+    if num_negatives < 1:
+        raise ValueError(f"{op}: num_negatives must be >= 1 (got {num_negatives})")
+    for name, value in choices.items():
+        if value not in LOSS_CHOICES[name]:
+            allowed = " or ".join(repr(c) for c in LOSS_CHOICES[name])
+            raise ValueError(f"{op}: {name} must be {allowed} (got {value!r})")
+    return num_negatives
+
+
+def check_seed(op: str, seed, device: torch.device) -> Tensor:
+    """``seed``: an int (any size; taken modulo 2**64) or a 0-dim int64 tensor on the CPU or
+    on ``device``. Returns the 0-dim int64 tensor."""
+    if isinstance(seed, Tensor):
+        if seed.dim() != 0 or seed.dtype != torch.int64:
+            raise ValueError(f"{op}: seed as a Tensor must be 0-dim int64 (got shape "
+                             f"{tuple(seed.shape)}, {seed.dtype})")
+        if seed.device.type != "cpu" and seed.device != device:
+            raise ValueError(f"{op}: seed must be on the CPU or on the features' device "
+                             f"(got {seed.device} and {device})")
+        return seed
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise TypeError(f"{op}: seed must be an int, a 0-dim int64 Tensor or None "
+                        f"(got {type(seed).__name__})")
+    seed = ((seed + (1 << 63)) % (1 << 64)) - (1 << 63)   # two's complement int64
+    return torch.tensor(seed, dtype=torch.int64)
+
+
+def check_loss_nodes(op: str, x_src: Tensor, x_dst: Tensor, num_nodes,
+                     sampler) -> Tuple[int, int]:
+    """The candidate node counts ``(N_src, N_dst)``: the sampler's (which must match the
+    features' rows), else ``num_nodes`` (an int or a pair, at most the rows), else the rows."""
+    rows = (x_src.size(0), x_dst.size(0))
+    if sampler is not None:
+        from .ops.negative_sampling import NegativeSampler
+        if not isinstance(sampler, NegativeSampler):
+            raise TypeError(f"{op}: sampler must be a pyg_edgedot.NegativeSampler "
+                            f"(got {type(sampler).__name__})")
+        nodes = (sampler.num_src_nodes, sampler.num_dst_nodes)
+        if nodes != rows:
+            raise ValueError(f"{op}: sampler was built for (N_src, N_dst) = {nodes} nodes "
+                             f"but x_src and x_dst have {rows} rows")
+        if num_nodes is not None and tuple(num_nodes if isinstance(num_nodes, (tuple, list))
+                                           else (num_nodes, num_nodes)) != nodes:
+            raise ValueError(f"{op}: num_nodes={num_nodes} disagrees with the sampler's "
+                             f"{nodes}; leave num_nodes=None with a sampler")
+        if sampler.device != x_src.device:
+            raise ValueError(f"{op}: sampler and x_src must be on the same device "
+                             f"(got {sampler.device} and {x_src.device})")
+        return nodes
+    if num_nodes is None:
+        return rows
+    pair = tuple(num_nodes) if isinstance(num_nodes, (tuple, list)) else (num_nodes,) * 2
+    if len(pair) != 2 or any(isinstance(n, bool) or not isinstance(n, int) for n in pair):
+        raise TypeError(f"{op}: num_nodes must be an int or a pair of ints (got {num_nodes!r})")
+    if any(n < 1 or n > r for n, r in zip(pair, rows)):
+        raise ValueError(f"{op}: num_nodes={num_nodes} must be >= 1 and at most the rows of "
+                         f"x_src and x_dst {rows}")
+    return pair
+
+
+def check_loss_sources(op: str, free_per_source: Tensor, src_index: Tensor) -> None:
+    """Structured negatives from a sampler: every positive's source has a negative
+    destination. One host read of the sources' free counts."""
+    free = free_per_source[src_index.long().clamp(0, max(free_per_source.numel() - 1, 0))]
+    full = free == 0
+    if bool(full.any()):
+        node = int(src_index[full.nonzero()[0, 0]])
+        raise ValueError(f"{op}: node {node} is connected to all its candidate destinations, "
+                         "so it has no structured negative (see "
+                         "structured_negative_sampling_feasible, or use negatives='uniform')")
+
+
+def check_loss_op_args(op: str, x_src: Tensor, x_dst: Tensor, seed: Tensor,
+                       excluded_adj: Tensor,
+                       row_ptr: Tensor, num_src_nodes: int, num_dst_nodes: int,
+                       num_keys: int) -> None:
+    """What the registered loss ops rely on beyond :func:`check_op_args` (metadata only):
+    the seed, the sampler's tensors and the candidate node counts."""
+    if seed.dim() != 0 or seed.dtype != torch.int64:
+        raise ValueError(f"{op}: seed must be a 0-dim int64 tensor (got shape "
+                         f"{tuple(seed.shape)}, {seed.dtype})")
+    for name, t in (("excluded_adj", excluded_adj), ("row_ptr", row_ptr)):
+        if t.dim() != 1 or t.dtype != torch.int64 or t.device != x_src.device:
+            raise ValueError(f"{op}: {name} must be 1-D int64 on {x_src.device} (got shape "
+                             f"{tuple(t.shape)}, {t.dtype} on {t.device})")
+    if row_ptr.numel() not in (0, num_src_nodes + 1):
+        raise ValueError(f"{op}: row_ptr must be empty or [num_src_nodes + 1] = "
+                         f"[{num_src_nodes + 1}] (got {row_ptr.numel()})")
+    if not (0 < num_src_nodes <= x_src.size(0) and 0 < num_dst_nodes <= x_dst.size(0)):
+        raise ValueError(f"{op}: num_src_nodes and num_dst_nodes must be >= 1 and at most the "
+                         f"rows of x_src and x_dst (got {num_src_nodes}, {num_dst_nodes})")
+    if excluded_adj.numel() >= num_keys:
+        raise ValueError(f"{op}: no candidate pair is left to draw negatives from "
+                         f"({num_keys} pairs, {excluded_adj.numel()} of them excluded)")
+
+
+def raise_if_edge_out_of_range(op: str, validate: bool, first_bad: Tensor, edge_index: Tensor,
+                               x_src: Tensor, x_dst: Tensor) -> None:
+    """:func:`raise_if_out_of_range` for a ``[2, E]`` ``edge_index`` whose rows index
+    ``x_src`` and ``x_dst`` (``first_bad`` an edge)."""
+    num_src, num_dst = x_src.size(0), x_dst.size(0)
+    raise_if_out_of_range(
+        op, validate, first_bad, [(edge_index, (num_src, num_dst))],
+        [Bound("edge_index[0]", edge_index[0], "x_src", num_src),
+         Bound("edge_index[1]", edge_index[1], "x_dst", num_dst)], "edge")

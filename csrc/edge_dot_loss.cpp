@@ -1,0 +1,29 @@
+// The fused link-prediction loss: schemas only. Both ops are implemented in Python on top of
+// edge_dot and edge_dot_grad (pyg_edgedot/ops/edge_dot_loss.py, registered for CPU and CUDA);
+// a kernel that draws the negatives in-kernel must reproduce that module's generator.
+#include <torch/library.h>
+
+TORCH_LIBRARY_FRAGMENT(pyg_edgedot, m) {
+  // Positives (src_index[e], dst_index[e]), e < E, and num_negatives = K negatives per
+  // positive drawn from (seed [] int64, e, k) by the counter-based generator; negatives come
+  // from the key space of (num_src_nodes, num_dst_nodes, self_loops) minus the excluded keys
+  // whose adj = e_i - i is excluded_adj [A] int64 (empty: nothing excluded); row_ptr [N_src + 1]
+  // int64 counts the excluded keys before each source's row ("structured" negatives; may be
+  // empty when nothing is excluded). negatives: "structured" | "uniform"; loss: "bce" | "bpr";
+  // reduction: "mean" | "sum".
+  // loss: [] in x_src's dtype. first_bad: [1] int64, the first positive with an index out of
+  // range, or -1. score_grad: [E, 1 + K] in x_src's dtype, dloss/dscore before the reduction's
+  // 1/count (column 0 the positive, 1.. its negatives), what the backward scatters.
+  m.def("edge_dot_loss(Tensor x_src, Tensor x_dst, Tensor src_index, Tensor dst_index, "
+        "Tensor seed, Tensor excluded_adj, Tensor row_ptr, int num_negatives, "
+        "int num_src_nodes, int num_dst_nodes, bool self_loops, str negatives, str loss, "
+        "str reduction) -> (Tensor loss, Tensor first_bad, Tensor score_grad)");
+  // The gradients of edge_dot_loss for x_src and x_dst ([N_src, D] and [N_dst, D]; [0, D]
+  // where not needed): regenerates each chunk's negatives and scatters
+  // grad_loss * score_grad (/ count for "mean") with edge_dot_grad.
+  m.def("edge_dot_loss_grad(Tensor grad_loss, Tensor score_grad, Tensor x_src, Tensor x_dst, "
+        "Tensor src_index, Tensor dst_index, Tensor seed, Tensor excluded_adj, Tensor row_ptr, "
+        "int num_negatives, int num_src_nodes, int num_dst_nodes, bool self_loops, "
+        "str negatives, str loss, str reduction, bool needs_src, bool needs_dst) "
+        "-> (Tensor grad_x_src, Tensor grad_x_dst)");
+}

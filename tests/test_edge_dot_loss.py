@@ -1,0 +1,413 @@
+"""edge_dot_loss: the generator against a pure-Python splitmix64, the negatives against their
+definition and the sampler's graph (Python sets), the loss and its gradients against the
+unfused float64 computation on the same negatives, seeds, chunking, empty inputs, gradcheck,
+torch.compile, opcheck and the errors."""
+import math
+import re
+
+import pytest
+import torch
+
+from pyg_edgedot import EdgeDotLoss, NegativeSampler, edge_dot_loss
+from pyg_edgedot.ops import _chunked
+from pyg_edgedot.ops.edge_dot_loss import loss_negatives, mix64, uniform
+from _helpers import (DEVICES, FLOAT_DTYPES, INDEX_DTYPES, assert_close, dtype_id, leaf, randn,
+                      random_edge_index)
+
+MASK64 = (1 << 64) - 1
+GAMMA = 0x9E3779B97F4A7C15
+
+
+def py_mix64(z: int) -> int:
+    z &= MASK64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK64
+    return z ^ (z >> 31)
+
+
+def py_uniform(seed: int, counter: int) -> float:
+    bits = py_mix64(py_mix64(seed) + (counter + 1) * GAMMA)
+    return (bits >> 11) * 2.0 ** -53
+
+
+def as_int64(value: int) -> int:
+    value &= MASK64
+    return value - (1 << 64) if value >> 63 else value
+
+
+def test_generator_is_splitmix64():
+    # splitmix64's first output for state 0 (Vigna's reference implementation)
+    assert mix64(torch.tensor(as_int64(GAMMA))).item() == as_int64(0xE220A8397B1DCDAF)
+    values = [0, 1, -1, 2 ** 62 + 12345, -(2 ** 63), 2 ** 63 - 1, 987654321]
+    z = torch.tensor(values, dtype=torch.int64)
+    assert mix64(z).tolist() == [as_int64(py_mix64(v)) for v in values]
+    counters = torch.tensor([0, 1, 2, 10 ** 9, 2 ** 40 + 7], dtype=torch.int64)
+    for seed in (0, 7, -3, 2 ** 63 - 1):
+        u = uniform(torch.tensor(seed), counters)
+        assert u.dtype == torch.float64
+        assert u.tolist() == [py_uniform(seed, int(c)) for c in counters]
+
+
+# ---- the negatives against their definition ------------------------------------------------
+
+def _graph(gen, num_src, num_dst, num_edges, index_dtype=torch.int64, device="cpu"):
+    return random_edge_index(gen, num_src, num_dst, num_edges, index_dtype, device)
+
+
+def py_negatives(edge_index, seed, k, negatives, num_src, num_dst, sampler_edges, self_loops):
+    """The definition, in Python: rank = min(floor(u * M), M - 1) into the sorted candidate
+    list (all pairs / destinations without a sampler; minus the edges and, homogeneous,
+    self-loops with one)."""
+    src_list = edge_index[0].tolist()
+    out = []
+    for e, i in enumerate(src_list):
+        row = []
+        for j in range(k):
+            u = py_uniform(seed, e * k + j)
+            if negatives == "structured":
+                cands = [(i, d) for d in range(num_dst)]
+            else:
+                cands = [(s, d) for s in range(num_src) for d in range(num_dst)]
+            if sampler_edges is not None:
+                cands = [c for c in cands
+                         if c not in sampler_edges and (self_loops or c[0] != c[1])]
+            rank = min(math.floor(u * float(len(cands))), len(cands) - 1)
+            row.append(cands[rank])
+        out.append(row)
+    return out
+
+
+@pytest.mark.parametrize("negatives", ["structured", "uniform"])
+@pytest.mark.parametrize("sampler_kind", ["none", "homogeneous", "self_loops", "bipartite"])
+def test_negatives_follow_the_definition(sampler_kind, negatives, gen):
+    num_src, num_dst = (7, 5) if sampler_kind in ("none", "bipartite") else (7, 7)
+    graph = _graph(gen, num_src, num_dst, 18)
+    positives = _graph(gen, num_src, num_dst, 11)
+    sampler, edges, self_loops = None, None, True
+    if sampler_kind != "none":
+        num_nodes = (num_src, num_dst) if sampler_kind == "bipartite" else num_src
+        self_loops = sampler_kind != "homogeneous"
+        sampler = NegativeSampler(graph, num_nodes, self_loops=self_loops)
+        edges = set(map(tuple, graph.t().tolist()))
+        # sources connected to every destination have no structured negative
+        positives = positives[:, sampler._free_per_source()[positives[0]] > 0]
+    seed, k = 12345, 3
+    got = loss_negatives(positives, seed, k, negatives=negatives, sampler=sampler,
+                         num_nodes=(num_src, num_dst))
+    assert got.shape == (2, positives.size(1), k) and got.dtype == positives.dtype
+    pairs = [[tuple(p) for p in row] for row in got.permute(1, 2, 0).tolist()]
+    assert pairs == py_negatives(positives, seed, k, negatives, num_src, num_dst, edges,
+                                 self_loops)
+    if negatives == "structured":
+        assert torch.equal(got[0], positives[0].unsqueeze(1).expand(-1, k))
+
+
+@pytest.mark.parametrize("negatives", ["structured", "uniform"])
+def test_sampler_negatives_are_never_edges(negatives, gen):
+    # dense enough that unchecked negatives would hit edges often
+    num_nodes = 40
+    graph = _graph(gen, num_nodes, num_nodes, 900)
+    sampler = NegativeSampler(graph, num_nodes)
+    got = loss_negatives(graph, 99, 8, negatives=negatives, sampler=sampler)
+    edges = set(map(tuple, graph.t().tolist()))
+    pairs = got.reshape(2, -1).t().tolist()
+    assert not any(tuple(p) in edges for p in pairs)
+    assert not any(s == d for s, d in pairs)
+    unchecked = loss_negatives(graph, 99, 8, negatives=negatives, num_nodes=num_nodes)
+    assert any(tuple(p) in edges for p in unchecked.reshape(2, -1).t().tolist())
+
+
+# ---- the loss against the unfused float64 computation -------------------------------------
+
+def _softplus(z):
+    return z.clamp(min=0) + torch.log1p(torch.exp(-z.abs()))
+
+
+def reference_loss(x_src, x_dst, positives, negs, loss, reduction):
+    """Eager float64 on the CPU, from the same inputs and the materialized negatives."""
+    xs, xd = x_src.detach().cpu().double(), x_dst.detach().cpu().double()
+    same = x_src is x_dst
+    xs.requires_grad_(True)
+    xd = xs if same else xd.requires_grad_(True)
+    p, n = positives.cpu().long(), negs.cpu().long()
+    pos = (xs[p[0]] * xd[p[1]]).sum(-1)
+    neg = (xs[n[0]] * xd[n[1]]).sum(-1)            # [E, K]
+    if loss == "bce":
+        logits = torch.cat([pos, neg.reshape(-1)])
+        labels = torch.cat([torch.ones_like(pos), torch.zeros_like(neg.reshape(-1))])
+        terms = _softplus(logits) - logits * labels   # = F.bce_with_logits, exactly
+    else:
+        terms = _softplus(neg - pos.unsqueeze(1)).reshape(-1)
+    out = terms.mean() if reduction == "mean" else terms.sum()
+    grads = torch.autograd.grad(out, [xs] if same else [xs, xd]) if terms.numel() else (
+        torch.zeros_like(xs), torch.zeros_like(xd))
+    return out.detach(), grads
+
+
+def _problem(gen, sampler_kind, dtype, index_dtype, device, num_edges=40, feat_dim=7):
+    if sampler_kind == "homogeneous":
+        num_src = num_dst = 23
+    else:
+        num_src, num_dst = 19, 26
+    x_src = randn(gen, num_src, feat_dim, dtype=dtype, device=device)
+    x_dst = x_src if sampler_kind == "homogeneous" else randn(gen, num_dst, feat_dim,
+                                                              dtype=dtype, device=device)
+    positives = _graph(gen, num_src, num_dst, num_edges, index_dtype, device)
+    sampler = None
+    if sampler_kind != "none":
+        graph = _graph(gen, num_src, num_dst, 150, index_dtype, device)
+        nodes = num_src if sampler_kind == "homogeneous" else (num_src, num_dst)
+        sampler = NegativeSampler(graph, nodes)
+    return x_src, x_dst, positives, sampler
+
+
+LOW_TOL = {torch.float64: 1e-12, torch.float32: 1e-5, torch.float16: 3e-3,
+           torch.bfloat16: 2e-2}
+
+
+def _run(x_src, x_dst, positives, **kwargs):
+    """The loss and the gradients of its leaves (one leaf when x_src is x_dst)."""
+    same = x_src is x_dst
+    a = leaf(x_src)
+    b = a if same else leaf(x_dst)
+    out = edge_dot_loss(a, b, positives, **kwargs)
+    out.backward()
+    return out.detach(), (a.grad,) if same else (a.grad, b.grad)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("num_negatives", [1, 3])
+@pytest.mark.parametrize("sampler_kind", ["none", "homogeneous", "bipartite"])
+@pytest.mark.parametrize("reduction", ["mean", "sum"])
+@pytest.mark.parametrize("loss", ["bce", "bpr"])
+@pytest.mark.parametrize("negatives", ["structured", "uniform"])
+@pytest.mark.parametrize("index_dtype", INDEX_DTYPES, ids=dtype_id)
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=dtype_id)
+def test_loss_matches_unfused(dtype, index_dtype, negatives, loss, reduction, sampler_kind,
+                              num_negatives, device, gen):
+    x_src, x_dst, positives, sampler = _problem(gen, sampler_kind, dtype, index_dtype, device)
+    options = dict(num_negatives=num_negatives, negatives=negatives, sampler=sampler)
+    out, grads = _run(x_src, x_dst, positives, loss=loss, reduction=reduction, seed=2024,
+                      **options)
+    assert out.shape == () and out.dtype == dtype
+    negs = loss_negatives(positives, 2024, num_nodes=(x_src.size(0), x_dst.size(0)), **options)
+    if sampler is not None:
+        edges = set(map(tuple, torch.stack([sampler._src, sampler._dst]).t().tolist()))
+        assert not any(tuple(p) in edges for p in negs.reshape(2, -1).t().tolist())
+    ref, ref_grads = reference_loss(x_src, x_dst, positives, negs, loss, reduction)
+    tol = LOW_TOL[dtype]
+    assert_close(out.reshape(1), ref.reshape(1), dtype, "loss", tol)
+    for grad, ref_grad, name in zip(grads, ref_grads, ("x_src", "x_dst")):
+        assert grad.dtype == dtype
+        assert_close(grad, ref_grad, dtype, f"grad {name}", tol)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("reduction", ["mean", "sum"])
+@pytest.mark.parametrize("loss", ["bce", "bpr"])
+def test_no_positives(loss, reduction, device, gen):
+    x_src, x_dst, positives, _ = _problem(gen, "none", torch.float32, torch.int64, device,
+                                          num_edges=0)
+    out, (grad_src, grad_dst) = _run(x_src, x_dst, positives, loss=loss, reduction=reduction,
+                                     num_negatives=2, seed=1)
+    assert math.isnan(out.item()) if reduction == "mean" else out.item() == 0.0
+    assert torch.equal(grad_src, torch.zeros_like(x_src))
+    assert torch.equal(grad_dst, torch.zeros_like(x_dst))
+
+
+# ---- seeds, determinism and chunking -------------------------------------------------------
+
+def _bits(result):
+    out, grads = result
+    return [out.view(-1)] + list(grads)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("negatives", ["structured", "uniform"])
+def test_same_seed_same_bits(negatives, device, gen, monkeypatch):
+    x_src, x_dst, positives, sampler = _problem(gen, "bipartite", torch.float32, torch.int64,
+                                                device, num_edges=300, feat_dim=16)
+    monkeypatch.setattr(_chunked, "DEFAULT_CHUNK_ELEMS", 64)   # several chunks
+    kwargs = dict(num_negatives=3, negatives=negatives, sampler=sampler)
+    first = _bits(_run(x_src, x_dst, positives, seed=7, **kwargs))
+    again = _bits(_run(x_src, x_dst, positives, seed=7, **kwargs))
+    assert all(torch.equal(a, b) for a, b in zip(first, again))
+    # a 0-dim tensor seed is the same seed; seed=None is drawn from torch's CPU generator
+    as_tensor = _bits(_run(x_src, x_dst, positives, seed=torch.tensor(7), **kwargs))
+    assert all(torch.equal(a, b) for a, b in zip(first, as_tensor))
+    torch.manual_seed(3)
+    drawn = _bits(_run(x_src, x_dst, positives, **kwargs))
+    torch.manual_seed(3)
+    redrawn = _bits(_run(x_src, x_dst, positives, **kwargs))
+    assert all(torch.equal(a, b) for a, b in zip(drawn, redrawn))
+    assert not torch.equal(drawn[0], first[0])
+
+
+@pytest.mark.parametrize("negatives", ["structured", "uniform"])
+def test_different_seed_different_negatives(negatives, gen):
+    positives = _graph(gen, 50, 60, 200)
+    a = loss_negatives(positives, 1, 2, negatives=negatives, num_nodes=(50, 60))
+    b = loss_negatives(positives, 2, 2, negatives=negatives, num_nodes=(50, 60))
+    assert (a != b).any(dim=0).float().mean() > 0.9
+    # the seed is taken modulo 2**64
+    c = loss_negatives(positives, 1 + 2 ** 64, 2, negatives=negatives, num_nodes=(50, 60))
+    assert torch.equal(a, c)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("loss", ["bce", "bpr"])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16], ids=dtype_id)
+def test_chunks_give_the_one_chunk_result(dtype, loss, device, gen, monkeypatch):
+    x_src, x_dst, positives, sampler = _problem(gen, "homogeneous", dtype, torch.int32,
+                                                device, num_edges=257, feat_dim=9)
+    kwargs = dict(num_negatives=4, negatives="structured", sampler=sampler, loss=loss,
+                  seed=11)
+    one = _run(x_src, x_dst, positives, **kwargs)
+    monkeypatch.setattr(_chunked, "DEFAULT_CHUNK_ELEMS", 35)   # 7 positives per chunk
+    many = _run(x_src, x_dst, positives, **kwargs)
+    tol = {torch.float64: 1e-13, torch.float32: 1e-6, torch.bfloat16: 1e-2}[dtype]
+    for a, b in zip(_bits(one), _bits(many)):
+        assert_close(a, b.double().cpu(), dtype, tol=tol)
+
+
+# ---- gradcheck, torch.compile, opcheck -----------------------------------------------------
+
+@pytest.mark.parametrize("loss", ["bce", "bpr"])
+@pytest.mark.parametrize("negatives", ["structured", "uniform"])
+def test_gradcheck(negatives, loss, gen):
+    x_src, x_dst, positives, sampler = _problem(gen, "bipartite", torch.float64, torch.int64,
+                                                "cpu", num_edges=12, feat_dim=3)
+
+    def fn(a, b):
+        return edge_dot_loss(a, b, positives, num_negatives=2, negatives=negatives, loss=loss,
+                             sampler=sampler, seed=5)
+
+    assert torch.autograd.gradcheck(fn, (leaf(x_src), leaf(x_dst)))
+
+
+class _Model(torch.nn.Module):
+    def __init__(self, feat_dim, sampler):
+        super().__init__()
+        self.lin = torch.nn.Linear(feat_dim, feat_dim, dtype=torch.float64)
+        self.criterion = EdgeDotLoss(num_negatives=3, loss="bce", sampler=sampler)
+
+    def forward(self, x, edge_label_index):
+        return self.criterion(self.lin(x).tanh(), edge_label_index, seed=17)
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_compile_fullgraph(backend, gen, fresh_dynamo):
+    x, _, positives, sampler = _problem(gen, "homogeneous", torch.float64, torch.int64, "cpu")
+    model = _Model(x.size(1), sampler)
+
+    def step(fn):
+        model.zero_grad()
+        out = fn(x, positives)
+        out.backward()
+        return out.detach(), model.lin.weight.grad.clone()
+
+    eager = step(model)
+    compiled = step(torch.compile(model, fullgraph=True, backend=backend))
+    assert torch.allclose(compiled[0], eager[0], rtol=1e-12, atol=0)
+    assert torch.allclose(compiled[1], eager[1], rtol=1e-10, atol=1e-14)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("num_edges", [0, 23])
+@pytest.mark.parametrize("dtypes", [(torch.float32, torch.int64), (torch.float64, torch.int32),
+                                    (torch.bfloat16, torch.int64)], ids=str)
+def test_opcheck(dtypes, num_edges, device, gen):
+    dtype, index_dtype = dtypes
+    x_src, x_dst, positives, sampler = _problem(gen, "bipartite", dtype, index_dtype, device,
+                                                num_edges=num_edges)
+    x_src.requires_grad_(True)
+    x_dst.requires_grad_(True)
+    seed = torch.tensor(3)
+    space = sampler._directed
+    args = (x_src, x_dst, positives[0], positives[1], seed, space.adj, sampler._source_rows(),
+            2, x_src.size(0), x_dst.size(0), True, "structured", "bpr",
+            "mean" if num_edges else "sum")   # (opcheck compares NaN as unequal)
+    torch.library.opcheck(torch.ops.pyg_edgedot.edge_dot_loss.default, args)
+    _, _, score_grad = torch.ops.pyg_edgedot.edge_dot_loss(*args)
+    grad_args = (torch.tensor(1.0, dtype=dtype, device=device), score_grad.detach(),
+                 x_src.detach(), x_dst.detach()) + args[2:] + (True, False)
+    torch.library.opcheck(torch.ops.pyg_edgedot.edge_dot_loss_grad.default, grad_args)
+
+
+# ---- errors --------------------------------------------------------------------------------
+
+def test_bad_arguments(gen):
+    x_src, x_dst, positives, sampler = _problem(gen, "bipartite", torch.float32, torch.int64,
+                                                "cpu")
+    cases = [
+        (dict(num_negatives=0), ValueError, "num_negatives must be >= 1"),
+        (dict(num_negatives=1.5), TypeError, "num_negatives must be an int"),
+        (dict(negatives="random"), ValueError, "negatives must be 'structured' or 'uniform'"),
+        (dict(loss="hinge"), ValueError, "loss must be 'bce' or 'bpr'"),
+        (dict(reduction="none"), ValueError, "reduction must be 'mean' or 'sum'"),
+        (dict(seed=1.0), TypeError, "seed must be an int"),
+        (dict(seed=torch.tensor([1, 2])), ValueError, "seed as a Tensor must be 0-dim int64"),
+        (dict(sampler="graph"), TypeError, "sampler must be a pyg_edgedot.NegativeSampler"),
+        (dict(num_nodes=(100, 5)), ValueError, "num_nodes=(100, 5) must be >= 1 and at most"),
+        (dict(sampler=sampler, num_nodes=3), ValueError, "num_nodes=3 disagrees with the sampler"),
+    ]
+    for kwargs, error, message in cases:
+        with pytest.raises(error, match=r"^edge_dot_loss: " + message.replace("(", r"\(")
+                           .replace(")", r"\)")):
+            edge_dot_loss(x_src, x_dst, positives, **kwargs)
+    small = NegativeSampler(positives[:, :0], (5, 5))
+    with pytest.raises(ValueError, match=r"edge_dot_loss: sampler was built for \(N_src, "
+                                         r"N_dst\) = \(5, 5\) nodes but x_src and x_dst"):
+        edge_dot_loss(x_src, x_dst, positives, sampler=small)
+    with pytest.raises(TypeError, match="edge_dot_loss: x_src and x_dst must have the same"):
+        edge_dot_loss(x_src, x_dst.double(), positives)
+    with pytest.raises(ValueError, match=r"edge_dot_loss: edge_index must have shape \[2, E\]"):
+        edge_dot_loss(x_src, x_dst, positives[0])
+    with pytest.raises(ValueError, match="^EdgeDotLoss: loss must be"):
+        EdgeDotLoss(loss="mse")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("row", [0, 1])
+def test_index_out_of_range(row, device, gen, monkeypatch):
+    x_src, x_dst, positives, _ = _problem(gen, "bipartite", torch.float32, torch.int64, device)
+    monkeypatch.setattr(_chunked, "DEFAULT_CHUNK_ELEMS", 12)   # the bad edge in a later chunk
+    bad = positives.clone()
+    bad[row, 29] = x_src.size(0) + 50 if row == 0 else -1
+    name = f"edge_index[{row}]"
+    with pytest.raises(IndexError, match=rf"edge_dot_loss: {re.escape(name)} holds an index "
+                                         r"out of range at edge 29"):
+        edge_dot_loss(x_src, x_dst, bad, num_negatives=2, seed=0)
+    # unchecked: the loss is NaN, and the bad positive and its negatives add no gradient
+    for loss in ("bce", "bpr"):
+        out, (grad_src, grad_dst) = _run(x_src, x_dst, bad, num_negatives=2, seed=0,
+                                         loss=loss, negatives="uniform", validate=False)
+        assert math.isnan(out.item())
+        assert torch.isfinite(grad_src).all() and torch.isfinite(grad_dst).all()
+
+
+def test_structured_sampler_needs_a_negative_per_source():
+    # node 0 is connected to every other node: no structured negative for it
+    edge_index = torch.tensor([[0, 0, 0, 1], [1, 2, 3, 2]])
+    sampler = NegativeSampler(edge_index, 4)
+    x = torch.randn(4, 3)
+    with pytest.raises(ValueError, match="edge_dot_loss: node 0 is connected to all its "
+                                         "candidate destinations"):
+        edge_dot_loss(x, x, edge_index, sampler=sampler, seed=0)
+    ok = torch.tensor([[1, 2], [3, 0]])   # sources 1 and 2 have negatives
+    assert torch.isfinite(edge_dot_loss(x, x, ok, sampler=sampler, seed=0))
+    complete = torch.tensor([[i for i in range(3) for j in range(3) if i != j],
+                             [j for i in range(3) for j in range(3) if i != j]])
+    with pytest.raises(ValueError, match="edge_dot_loss: no candidate pair is left"):
+        edge_dot_loss(x[:3], x[:3], complete, negatives="uniform",
+                      sampler=NegativeSampler(complete, 3), seed=0)
+
+
+def test_module_is_the_function(gen):
+    x_src, x_dst, positives, sampler = _problem(gen, "bipartite", torch.float32, torch.int64,
+                                                "cpu")
+    criterion = EdgeDotLoss(num_negatives=2, negatives="uniform", loss="bpr", sampler=sampler)
+    assert "EdgeDotLoss(num_negatives=2, negatives='uniform', loss='bpr'" in repr(criterion)
+    expected = edge_dot_loss(x_src, x_dst, positives, num_negatives=2, negatives="uniform",
+                             loss="bpr", sampler=sampler, seed=4)
+    assert torch.equal(criterion((x_src, x_dst), positives, seed=4), expected)
