@@ -38,8 +38,8 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_beyond import measure  # noqa: E402
-from bench_edge_dot import Bench, device_info, software_info, write_json  # noqa: E402
+from _report import device_info, software_info, write_json  # noqa: E402
+from _timing import Bench, Options, failure, measure  # noqa: E402
 
 SCHEMA = "pyg_edgedot-bench-edge-dot-loss/1"
 SIZES = {"cuda": dict(nodes=2_927_963, edges=30_000_000, dim=128),
@@ -136,8 +136,11 @@ def run(args) -> Dict[str, Any]:
             fn().backward()
 
         for phase, call in (("forward", fn), ("forward+backward", fwd_bwd)):
-            rec = measure(bench, call, clear, min_reps=args.reps, max_reps=args.reps,
-                          target_s=0.0)
+            try:
+                rec = measure(bench, call, clear, Options(reps=args.reps))
+            except Exception as err:  # noqa: BLE001  (OOM or error: in the table, go on)
+                bench.free(collect=True)
+                rec = failure(err)
             rec.update(method=name, phase=phase)
             doc["results"].append(rec)
             print(_row(rec), flush=True)
