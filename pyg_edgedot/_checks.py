@@ -113,6 +113,18 @@ def check_relation(x_src: Tensor, num_edges: int, rel: Optional[Tensor],
     return rel, edge_type
 
 
+def check_edge_type_not_sigmoid(op: str, edge_type: object) -> None:
+    """``EdgeDotScore``'s third positional argument is ``edge_type``; PyG's
+    ``InnerProductDecoder`` takes ``sigmoid`` there, and a bool would pass for relation 0 or 1
+    (``bool`` is an ``int``)."""
+    if isinstance(edge_type, bool):
+        raise TypeError(
+            f"{op}: the third positional argument is edge_type, and got a bool "
+            f"({edge_type}); PyG's InnerProductDecoder takes sigmoid there. Pass "
+            f"sigmoid={edge_type} by keyword, or use pyg_edgedot.InnerProductDecoder, whose "
+            "forward is (z, edge_index, sigmoid=True)")
+
+
 def check_candidate_index(op: str, index: Tensor, name: str, shape: str, x_src: Tensor,
                           num_rows: Optional[int] = None,
                           like: Optional[Tensor] = None) -> None:
