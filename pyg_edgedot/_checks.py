@@ -13,6 +13,7 @@ the steady state, an index tensor found in range is remembered (:data:`VALIDATED
 identity, version counter and the row counts it was checked against; a later call with the
 same unchanged tensor and row counts at least as large skips the read.
 """
+import numbers
 import weakref
 from collections import OrderedDict
 from typing import Iterable, List, Optional, Sequence, Tuple
@@ -147,6 +148,23 @@ def check_candidate_index(op: str, index: Tensor, name: str, shape: str, x_src: 
     if like is not None and index.dtype != like.dtype:
         raise TypeError(f"{op}: src_index and {name} must have the same dtype "
                         f"(got {like.dtype} and {index.dtype})")
+
+
+def check_real(op: str, name: str, values: Tensor) -> None:
+    """``values``: a Tensor of real numbers (ranks or scores), any shape."""
+    if not isinstance(values, Tensor):
+        raise TypeError(f"{op}: {name} must be a Tensor (got {type(values).__name__})")
+    if values.dtype == torch.bool or values.is_complex():
+        raise TypeError(f"{op}: {name} must hold real numbers (got {values.dtype})")
+
+
+def check_k(op: str, k: int) -> int:
+    """The cut-off of a Hits@K: an int >= 1."""
+    if isinstance(k, bool) or not isinstance(k, numbers.Integral):
+        raise TypeError(f"{op}: k must be an int (got {type(k).__name__})")
+    if int(k) < 1:
+        raise ValueError(f"{op}: k must be >= 1 (got {k})")
+    return int(k)
 
 
 def check_op_args(op: str, features: Sequence[Tuple[str, Tensor]],
