@@ -1,10 +1,11 @@
-"""Graph auto-encoder (torch_geometric.nn.GAE) with pyg_edgedot's EdgeDotScore as decoder.
+"""Graph auto-encoder (torch_geometric.nn.GAE) with pyg_edgedot.InnerProductDecoder.
 
-GAE expects a decoder with InnerProductDecoder's interface, forward(z, edge_index,
-sigmoid=True) and forward_all(z, sigmoid=True); EdgeDotDecoder below provides it on top of
-EdgeDotScore. Training uses GAE.recon_loss, which draws fresh negatives every call, and
-evaluation GAE.test (ROC-AUC and AP); MRR and Hits@K rank each positive test edge against
-random negatives. The model with the best validation ROC-AUC is tested.
+pyg_edgedot.InnerProductDecoder is PyG's InnerProductDecoder with the edge scores computed by
+the fused kernel (forward(z, edge_index, sigmoid=True); forward_all(z, sigmoid=True) is the
+dense z @ z.t(), as PyG's), so GAE takes it as decoder= with nothing around it. Training uses
+GAE.recon_loss, which draws fresh negatives every call, and evaluation GAE.test (ROC-AUC and
+AP); MRR and Hits@K rank each positive test edge against random negatives. The model with the
+best validation ROC-AUC is tested.
 
 examples:
   python examples/gae.py                                   # generated graph, no download
@@ -15,28 +16,10 @@ import torch
 from torch import Tensor
 from torch_geometric.nn import GAE
 from torch_geometric.nn.models import InnerProductDecoder
-from pyg_edgedot import EdgeDotScore
+import pyg_edgedot
 
 import _common
 import _data
-
-
-class EdgeDotDecoder(torch.nn.Module):
-    """:class:`~torch_geometric.nn.models.InnerProductDecoder`'s interface, computed by
-    :class:`pyg_edgedot.EdgeDotScore` (same values, one fused kernel, O(E) memory)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.score = EdgeDotScore()
-
-    def forward(self, z: Tensor, edge_index: Tensor, sigmoid: bool = True) -> Tensor:
-        value = self.score(z, edge_index)
-        return torch.sigmoid(value) if sigmoid else value
-
-    def forward_all(self, z: Tensor, sigmoid: bool = True) -> Tensor:
-        """The dense ``[N, N]`` matrix of all scores (a matmul; nothing to fuse here)."""
-        adj = z @ z.t()
-        return torch.sigmoid(adj) if sigmoid else adj
 
 
 def parse_args(argv=None):
@@ -46,7 +29,7 @@ def parse_args(argv=None):
     _common.add_encoder_args(parser, dropout=0.5)
     _common.add_training_args(
         parser, epochs=200, lr=0.01, neg_sampling=False,
-        decoder_help="'edgedot': EdgeDotDecoder (EdgeDotScore inside); "
+        decoder_help="'edgedot': pyg_edgedot.InnerProductDecoder; "
                      "'eager': torch_geometric.nn.models.InnerProductDecoder")
     return parser.parse_args(argv)
 
@@ -59,7 +42,8 @@ def main(argv=None) -> dict:
     train_data, val_data, test_data = (
         d.to(device) for d in _data.split_edges(data, args, split_labels=True))
 
-    decoder = EdgeDotDecoder() if args.decoder == "edgedot" else InnerProductDecoder()
+    decoder = (pyg_edgedot.InnerProductDecoder() if args.decoder == "edgedot"
+               else InnerProductDecoder())
     model = GAE(_common.make_encoder(args, data.num_features), decoder).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
 

@@ -13,6 +13,7 @@ the steady state, an index tensor found in range is remembered (:data:`VALIDATED
 identity, version counter and the row counts it was checked against; a later call with the
 same unchanged tensor and row counts at least as large skips the read.
 """
+import numbers
 import weakref
 from collections import OrderedDict
 from typing import Iterable, List, Optional, Sequence, Tuple
@@ -110,6 +111,18 @@ def check_relation(x_src: Tensor, num_edges: int, rel: Optional[Tensor],
     return rel, edge_type
 
 
+def check_edge_type_not_sigmoid(op: str, edge_type: object) -> None:
+    """``EdgeDotScore``'s third positional argument is ``edge_type``; PyG's
+    ``InnerProductDecoder`` takes ``sigmoid`` there, and a bool would pass for relation 0 or 1
+    (``bool`` is an ``int``)."""
+    if isinstance(edge_type, bool):
+        raise TypeError(
+            f"{op}: the third positional argument is edge_type, and got a bool "
+            f"({edge_type}); PyG's InnerProductDecoder takes sigmoid there. Pass "
+            f"sigmoid={edge_type} by keyword, or use pyg_edgedot.InnerProductDecoder, whose "
+            "forward is (z, edge_index, sigmoid=True)")
+
+
 def check_candidate_index(op: str, index: Tensor, name: str, shape: str, x_src: Tensor,
                           num_rows: Optional[int] = None,
                           like: Optional[Tensor] = None) -> None:
@@ -132,6 +145,23 @@ def check_candidate_index(op: str, index: Tensor, name: str, shape: str, x_src: 
     if like is not None and index.dtype != like.dtype:
         raise TypeError(f"{op}: src_index and {name} must have the same dtype "
                         f"(got {like.dtype} and {index.dtype})")
+
+
+def check_real(op: str, name: str, values: Tensor) -> None:
+    """``values``: a Tensor of real numbers (ranks or scores), any shape."""
+    if not isinstance(values, Tensor):
+        raise TypeError(f"{op}: {name} must be a Tensor (got {type(values).__name__})")
+    if values.dtype == torch.bool or values.is_complex():
+        raise TypeError(f"{op}: {name} must hold real numbers (got {values.dtype})")
+
+
+def check_k(op: str, k: int) -> int:
+    """The cut-off of a Hits@K: an int >= 1."""
+    if isinstance(k, bool) or not isinstance(k, numbers.Integral):
+        raise TypeError(f"{op}: k must be an int (got {type(k).__name__})")
+    if int(k) < 1:
+        raise ValueError(f"{op}: k must be >= 1 (got {k})")
+    return int(k)
 
 
 def check_op_args(op: str, features: Sequence[Tuple[str, Tensor]],

@@ -1,16 +1,10 @@
-"""Metrics of ``ogb.linkproppred.Evaluator`` computed from ranks (e.g. from
-:func:`pyg_edgedot.rank_candidates`)."""
-import numbers
-
+"""Metrics of ``ogb.linkproppred.Evaluator``: from ranks (e.g. from
+:func:`pyg_edgedot.rank_candidates`) for its MRR datasets, and from scores against one shared
+set of negatives for its Hits@K datasets."""
 import torch
 from torch import Tensor
 
-
-def _check_rank(op: str, rank: Tensor) -> None:
-    if not isinstance(rank, Tensor):
-        raise TypeError(f"{op}: rank must be a Tensor (got {type(rank).__name__})")
-    if rank.dtype == torch.bool or rank.is_complex():
-        raise TypeError(f"{op}: rank must hold real numbers (got {rank.dtype})")
+from . import _checks
 
 
 def mrr(rank: Tensor) -> Tensor:
@@ -29,7 +23,7 @@ def mrr(rank: Tensor) -> Tensor:
     Raises:
         TypeError: ``rank`` is not a real-valued Tensor.
     """
-    _check_rank("mrr", rank)
+    _checks.check_real("mrr", "rank", rank)
     return (1.0 / rank.to(torch.float)).mean()
 
 
@@ -39,8 +33,9 @@ def hits_at_k(rank: Tensor, k: int) -> Tensor:
 
     The formula of ``ogb.linkproppred.Evaluator`` for MRR datasets (``hits@K_list =
     (ranking_list <= K).to(torch.float)``, then the mean). A tie-averaged rank such as 3.5
-    is not a hit at ``k = 3``. (OGB's Hits@K *datasets*, e.g. ``ogbl-collab``, rank every
-    positive against one shared set of negatives instead; that is not this function.)
+    is not a hit at ``k = 3``. (OGB's Hits@K *datasets*, ``ogbl-collab``, ``ogbl-ddi`` and
+    ``ogbl-ppa``, rank every positive against one shared set of negatives instead:
+    :func:`hits_at_k_shared`.)
 
     Args:
         rank (Tensor): ranks of any shape, e.g. from :func:`rank_candidates`.
@@ -53,10 +48,45 @@ def hits_at_k(rank: Tensor, k: int) -> Tensor:
         TypeError: ``rank`` is not a real-valued Tensor, or ``k`` is not an int.
         ValueError: ``k < 1``.
     """
-    _check_rank("hits_at_k", rank)
-    if isinstance(k, bool) or not isinstance(k, numbers.Integral):
-        raise TypeError(f"hits_at_k: k must be an int (got {type(k).__name__})")
-    k = int(k)
-    if k < 1:
-        raise ValueError(f"hits_at_k: k must be >= 1 (got {k})")
+    _checks.check_real("hits_at_k", "rank", rank)
+    k = _checks.check_k("hits_at_k", k)
     return (rank <= k).to(torch.float).mean()
+
+
+def hits_at_k_shared(pos_score: Tensor, neg_score: Tensor, k: int) -> Tensor:
+    r"""Hits@K against one shared set of negatives, the metric of OGB's Hits@K datasets
+    (``ogbl-collab``: K = 50, ``ogbl-ddi``: K = 20, ``ogbl-ppa``: K = 100).
+
+    A positive is a hit when its score is *strictly* above the K-th highest negative score:
+
+    .. math::
+        \frac{1}{P} \sum_p \big[\mathrm{pos}_p > \mathrm{neg}_{(K)}\big]
+
+    with :math:`\mathrm{neg}_{(K)}` the K-th largest of all negative scores. This is
+    ``ogb.linkproppred.Evaluator._eval_hits``: a positive tied with that negative is a miss,
+    and with fewer than ``k`` negatives the result is 1. NaN scores follow ``torch.topk`` and
+    ``>``: a NaN negative counts as the highest, a NaN positive is a miss.
+
+    Args:
+        pos_score (Tensor): scores of the positive edges, any shape (flattened), e.g.
+            :func:`pyg_edgedot.edge_dot` of the positive ``edge_index``.
+        neg_score (Tensor): scores of the shared negative edges, any shape (flattened).
+        k (int): the cut-off, ``>= 1``.
+
+    Returns:
+        Tensor: a float32 scalar on ``pos_score``'s device (NaN for no positives, where OGB
+        divides by zero).
+
+    Raises:
+        TypeError: a score is not a real-valued Tensor, or ``k`` is not an int.
+        ValueError: ``k < 1``.
+    """
+    op = "hits_at_k_shared"
+    _checks.check_real(op, "pos_score", pos_score)
+    _checks.check_real(op, "neg_score", neg_score)
+    k = _checks.check_k(op, k)
+    pos, neg = pos_score.detach().reshape(-1), neg_score.detach().reshape(-1)
+    if neg.numel() < k:
+        return torch.ones((), dtype=torch.float, device=pos.device)
+    kth_negative = torch.topk(neg, k).values[-1].to(pos.device)
+    return (pos > kth_negative).to(torch.float).mean()

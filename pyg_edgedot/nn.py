@@ -1,10 +1,12 @@
-"""``EdgeDotScore``: a PyG-style module around :func:`pyg_edgedot.edge_dot`."""
+"""PyG-style modules around :func:`pyg_edgedot.edge_dot`: ``EdgeDotScore`` and
+``InnerProductDecoder``."""
 from typing import Any, Dict, Mapping, Optional, Tuple, Union
 
 import torch
 from torch import Tensor
 from torch.nn import Parameter
 
+from . import _checks
 from .ops.edge_dot import edge_dot
 
 PairTensor = Tuple[Tensor, Tensor]
@@ -19,9 +21,10 @@ class EdgeDotScore(torch.nn.Module):
         \mathbf{x}^{dst}_{d_e,k}\Big)
 
     with :math:`\sigma` the sigmoid if ``sigmoid=True`` and the identity otherwise. A
-    drop-in for ``(z[src] * z[dst]).sum(-1)`` and for
-    :class:`torch_geometric.nn.models.InnerProductDecoder` ``.forward(z, edge_index,
-    sigmoid)``: same scores and gradients, computed by one fused kernel in O(E) memory.
+    drop-in for ``(z[src] * z[dst]).sum(-1)``: same scores and gradients, computed by one
+    fused kernel in O(E) memory. Its third positional argument is ``edge_type``; for PyG's
+    decoder contract (``GAE(encoder, decoder)``, ``decoder(z, edge_index, sigmoid)``) use
+    :class:`InnerProductDecoder`.
 
     With ``num_relations=R`` and ``channels=D`` the module holds learnable relation vectors
     ``rel`` of shape ``[R, D]`` and scores DistMult-style,
@@ -35,7 +38,8 @@ class EdgeDotScore(torch.nn.Module):
 
     Args:
         sigmoid (bool): return probabilities instead of logits. Keep the default
-            (logits) for training with ``BCEWithLogitsLoss``.
+            (logits) for training with ``BCEWithLogitsLoss``. ``forward(..., sigmoid=)``
+            overrides it for one call.
         num_relations (int, optional): number of relation vectors; needs ``channels``.
         channels (int, optional): their dimension ``D`` (the embedding size).
 
@@ -92,9 +96,14 @@ class EdgeDotScore(torch.nn.Module):
 
     def forward(self, x: Union[Tensor, PairTensor, Mapping[str, Tensor]],
                 edge_label_index: Union[Tensor, Mapping[EdgeType, Tensor]],
-                edge_type: Any = None) -> Union[Tensor, Dict[EdgeType, Tensor]]:
+                edge_type: Any = None, *,
+                sigmoid: Optional[bool] = None) -> Union[Tensor, Dict[EdgeType, Tensor]]:
+        """Scores (or, with ``sigmoid``, probabilities); ``sigmoid=None`` keeps the
+        module's setting, ``True`` / ``False`` overrides it for this call."""
+        _checks.check_edge_type_not_sigmoid("EdgeDotScore", edge_type)
+        sigmoid = self.sigmoid if sigmoid is None else sigmoid
         if isinstance(x, Mapping):
-            return self._forward_dict(x, edge_label_index, edge_type)
+            return self._forward_dict(x, edge_label_index, edge_type, sigmoid)
         if isinstance(x, Tensor):
             x = (x, x)
         if not (isinstance(x, (tuple, list)) and len(x) == 2):
@@ -104,10 +113,10 @@ class EdgeDotScore(torch.nn.Module):
             raise TypeError("EdgeDotScore: edge_label_index is a dict, so x must be a dict "
                             "of node features too")
         out = self._score(x[0], x[1], edge_label_index, edge_type)
-        return out.sigmoid() if self.sigmoid else out
+        return out.sigmoid() if sigmoid else out
 
     def _forward_dict(self, x_dict: Mapping[str, Tensor], edge_label_index_dict: Any,
-                      edge_type_dict: Any) -> Dict[EdgeType, Tensor]:
+                      edge_type_dict: Any, sigmoid: bool) -> Dict[EdgeType, Tensor]:
         if not isinstance(edge_label_index_dict, Mapping):
             raise TypeError("EdgeDotScore: x is a dict of node features, so edge_label_index "
                             "must be a dict {(src_type, relation, dst_type): [2, E]} (got "
@@ -128,10 +137,48 @@ class EdgeDotScore(torch.nn.Module):
                                    f"which x does not have (it has {sorted(x_dict)})")
             types = None if edge_type_dict is None else edge_type_dict.get(key)
             score = self._score(x_dict[src_type], x_dict[dst_type], index, types)
-            out[key] = score.sigmoid() if self.sigmoid else score
+            out[key] = score.sigmoid() if sigmoid else score
         return out
 
     def __repr__(self) -> str:
         extra = (f", num_relations={self.num_relations}, channels={self.channels}"
                  if self.rel is not None else "")
         return f"{self.__class__.__name__}(sigmoid={self.sigmoid}{extra})"
+
+
+class InnerProductDecoder(torch.nn.Module):
+    r"""PyG's :class:`torch_geometric.nn.models.InnerProductDecoder`, with the edge scores
+    computed by the fused :func:`pyg_edgedot.edge_dot`: the decoder ``GAE``, ``VGAE``,
+    ``ARGA`` and ``ARGVA`` take as ``decoder=``, with the same methods, defaults and values.
+
+    .. math::
+        \sigma\left(\mathbf{Z}\mathbf{Z}^{\top}\right)
+
+    :meth:`forward` scores the edges of ``edge_index``, ``(z[src] * z[dst]).sum(-1)`` in one
+    fused kernel and O(E) memory; :meth:`forward_all` is the dense ``[N, N]`` matrix
+    ``z @ z.t()``, a matmul, as in PyG (nothing to fuse there).
+    """
+
+    def forward(self, z: Tensor, edge_index: Tensor, sigmoid: bool = True) -> Tensor:
+        r"""Scores of the edges in ``edge_index``.
+
+        Args:
+            z (Tensor): node embeddings :math:`(N, D)`.
+            edge_index (Tensor): :math:`(2, E)` int64 or int32, or PyG's ``EdgeIndex``.
+            sigmoid (bool): apply the logistic sigmoid (default ``True``, as in PyG).
+
+        Returns:
+            Tensor: :math:`(E,)` in the dtype of ``z``.
+        """
+        value = edge_dot(z, z, edge_index)
+        return torch.sigmoid(value) if sigmoid else value
+
+    def forward_all(self, z: Tensor, sigmoid: bool = True) -> Tensor:
+        r"""The dense :math:`(N, N)` score matrix ``z @ z.t()`` (memory O(N^2)).
+
+        Args:
+            z (Tensor): node embeddings :math:`(N, D)`.
+            sigmoid (bool): apply the logistic sigmoid (default ``True``, as in PyG).
+        """
+        adj = torch.matmul(z, z.t())
+        return torch.sigmoid(adj) if sigmoid else adj

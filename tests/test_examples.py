@@ -4,7 +4,7 @@ Each example runs once as a user would run it, in a subprocess (``sys.executable
 few epochs, and the test checks the JSON it wrote. Other runs happen in this process, by
 calling the script's ``main(argv)``, since starting Python with torch and PyG costs ~5-10 s
 on two cores. The shared helpers of ``examples/`` get direct unit tests where a bug would
-otherwise be silent (ranking ties, the GAE decoder, the generators).
+otherwise be silent (ranking ties, the generators).
 """
 import importlib
 import json
@@ -367,19 +367,6 @@ def test_eager_decoder_matches_edgedot(examples_path):
         edgedot, eager = EdgeDotScore(sigmoid=sigmoid), _common.EagerDotScore(sigmoid=sigmoid)
         torch.testing.assert_close(edgedot((x_src, x_dst), index), eager((x_src, x_dst), index))
         torch.testing.assert_close(edgedot(x_dst, index % 4), eager(x_dst, index % 4))
-
-
-def test_gae_decoder_matches_inner_product_decoder(examples_path):
-    from torch_geometric.nn.models import InnerProductDecoder
-    gae = import_example("gae")
-    z = torch.randn(6, 3, generator=torch.Generator().manual_seed(1))
-    index = torch.tensor([[0, 1, 5, 2, 2], [3, 1, 0, 4, 2]])
-    ours, pyg = gae.EdgeDotDecoder(), InnerProductDecoder()
-    for sigmoid in (True, False):
-        torch.testing.assert_close(ours(z, index, sigmoid=sigmoid),
-                                   pyg(z, index, sigmoid=sigmoid))
-        torch.testing.assert_close(ours.forward_all(z, sigmoid=sigmoid),
-                                   pyg.forward_all(z, sigmoid=sigmoid))
 
 
 def test_generated_graphs_are_seeded_and_well_formed(examples_path):

@@ -149,3 +149,36 @@ def test_tiny_link_prediction_model(device, gen):
     assert_close(val_logits, eager_val_logits.double().cpu(), torch.float32, tol=1e-4)
     for p, q in zip(ours.parameters(), eager.parameters()):
         assert_close(p, q.detach().double().cpu(), torch.float32, "parameters", tol=1e-4)
+
+
+# ---- sigmoid per call; PyG's positional sigmoid ---------------------------------------------
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_sigmoid_keyword_overrides_per_call(device, gen):
+    z = randn(gen, 12, 6, dtype=torch.float64, device=device)
+    ei = random_edge_index(gen, 12, 12, 40, torch.int64, device)
+    logits = ref_edge_dot(z, z, ei)
+    for module_sigmoid in (False, True):
+        decoder = EdgeDotScore(sigmoid=module_sigmoid)
+        assert_close(decoder(z, ei, sigmoid=True), logits.sigmoid(), torch.float64)
+        assert_close(decoder(z, ei, sigmoid=False), logits, torch.float64)
+        assert_close(decoder(z, ei, sigmoid=None),
+                     logits.sigmoid() if module_sigmoid else logits, torch.float64)
+        assert decoder.sigmoid is module_sigmoid  # the module's setting is unchanged
+    key = ("a", "to", "b")
+    out = EdgeDotScore()({"a": z, "b": z}, {key: ei}, sigmoid=True)
+    assert_close(out[key], logits.sigmoid(), torch.float64)
+
+
+@pytest.mark.parametrize("flag", [False, True])
+@pytest.mark.parametrize("relations", [None, 2])
+def test_positional_bool_third_argument_says_what_happened(relations, flag, gen):
+    # PyG's InnerProductDecoder is called decoder(z, edge_index, False); EdgeDotScore's third
+    # positional is edge_type, and a bool is an int (relation 0 or 1) to Python.
+    z = randn(gen, 5, 4)
+    ei = random_edge_index(gen, 5, 5, 7)
+    decoder = EdgeDotScore(num_relations=relations, channels=relations and 4)
+    with pytest.raises(TypeError, match=r"^EdgeDotScore: the third positional argument is "
+                                        r"edge_type, and got a bool \((True|False)\).*"
+                                        rf"sigmoid={flag} by keyword.*InnerProductDecoder"):
+        decoder(z, ei, flag)

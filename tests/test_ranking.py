@@ -311,8 +311,7 @@ def test_gradcheck(index_dtype, device, gen):
     x = randn(gen, 7, 1, dtype=torch.float64, device=device).requires_grad_(True)
     cand_t = cand.t().contiguous().t()
     assert torch.autograd.gradcheck(lambda a: score_candidates(a, a, src, cand_t), (x,))
-    # Second order (double backward through edge_dot_grad's autograd is not provided):
-    # only first order is claimed, so gradgradcheck is not run.
+    # Second order: tests/test_double_backward.py.
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -23,9 +23,12 @@ def acc_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
+def in_range(index: Tensor, num_rows: int) -> Tensor:
+    return (index >= 0) & (index < num_rows)
+
+
 def valid_and_clamped(index: Tensor, num_rows: int) -> Tuple[Tensor, Tensor]:
-    valid = (index >= 0) & (index < num_rows)
-    return valid, index.clamp(0, max(num_rows - 1, 0)).long()
+    return in_range(index, num_rows), index.clamp(0, max(num_rows - 1, 0)).long()
 
 
 def new_first_bad(like: Tensor) -> Tensor:

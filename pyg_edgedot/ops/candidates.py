@@ -37,7 +37,8 @@ def score_candidates(x_src: Tensor, x_dst: Tensor, src_index: Tensor, cand_index
     Differentiable in ``x_src`` and ``x_dst``; only the gradients that are needed are
     computed. The backward runs ``edge_dot``'s gradient op on the ``N * K`` flattened pairs:
     bitwise deterministic on the C++, CUDA and Triton kernels always, and on the
-    pure-PyTorch fallback under ``torch.use_deterministic_algorithms(True)``.
+    pure-PyTorch fallback under ``torch.use_deterministic_algorithms(True)``. Twice
+    differentiable, through that gradient op's own autograd.
 
     Args:
         x_src (Tensor): source features ``[N_src, D]``; float32, float64, float16 or

@@ -12,6 +12,7 @@ from torch import Tensor
 
 from .. import _checks
 from . import _chunked
+from .edge_dot import zero_out_of_range
 
 NAME = "edge_dot_rel"
 
@@ -102,3 +103,28 @@ def register_fake_and_autograd() -> None:
 
     torch.library.register_autograd("pyg_edgedot::edge_dot_rel", backward,
                                     setup_context=setup_context)
+
+    def setup_grad_context(ctx, inputs, output):
+        ctx.save_for_backward(*inputs[:6])
+
+    def grad_backward(ctx, grad_rows):
+        # out = edge_dot_rel_grad(g, a, b, s, i, j, n), out[s_e] += g_e * a[i_e] * b[j_e], is
+        # trilinear in (g, a, b): d/dg_e = sum_k grad_rows[s_e, k] a[i_e, k] b[j_e, k] is
+        # edge_dot_rel's forward (a as rel) and d/da, d/db the same gradient op, re-indexed.
+        grad_out, x_a, x_b, scatter_index, a_index, b_index = ctx.saved_tensors
+        grads = [None, None, None]
+        if ctx.needs_input_grad[0]:
+            score, _ = torch.ops.pyg_edgedot.edge_dot_rel(grad_rows, x_b, x_a, scatter_index,
+                                                          b_index, a_index)
+            grads[0] = zero_out_of_range(score, (scatter_index, grad_rows.shape[0]),
+                                         (a_index, x_a.shape[0]), (b_index, x_b.shape[0]))
+        factors = ((x_a, a_index), (x_b, b_index))
+        for i, (x, index) in enumerate(factors):
+            if ctx.needs_input_grad[1 + i]:
+                other, other_index = factors[1 - i]
+                grads[1 + i] = torch.ops.pyg_edgedot.edge_dot_rel_grad(
+                    grad_out, grad_rows, other, index, scatter_index, other_index, x.shape[0])
+        return (*grads, None, None, None, None)
+
+    torch.library.register_autograd("pyg_edgedot::edge_dot_rel_grad", grad_backward,
+                                    setup_context=setup_grad_context)
