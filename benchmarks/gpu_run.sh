@@ -9,10 +9,13 @@
 #   tests      the full suite with the CUDA extension (TESTS_ARGS: extra pytest arguments,
 #              e.g. TESTS_ARGS='-k "cuda or triton"' for the CUDA cases alone)
 #   triton     the CUDA and Triton tests with nvcc hidden, so CUDA tensors take the Triton path
+#              (TRITON_ARGS: the pytest arguments instead of -k "cuda or triton" tests)
 #   fallback   the full suite with PYG_EDGEDOT_FORCE_FALLBACK=1 (pure PyTorch, no build)
 #   sanitizer  compute-sanitizer memcheck on benchmarks/oob_probe.py (bad indices): 0 errors
 #   bench      benchmarks/bench_edge_dot.py -> h200.{json,log,png} (README "Performance")
 #   host       the host-overhead table and W1, W2 alone -> h200_host.{json,log,png}
+#   sampling   benchmarks/bench_negative_sampling.py (SAMPLING_GRAPHS, default all three)
+#              -> h200_negative_sampling.{json,log}
 #   beyond     benchmarks/bench_beyond.py -> h200_beyond.{json,log} (README "Beyond the peers")
 #   examples   examples/link_pred.py, both decoders -> link_pred_gpu_{edgedot,eager}.json
 #   ddp        examples/ddp_link_pred.py under torchrun, NCCL, 1 GPU -> ddp_nccl_1gpu_h200.json
@@ -26,7 +29,7 @@ python3 -m pip install -q -e . --no-deps --no-build-isolation 2>&1 | grep -v -i 
 (time python3 -m pyg_edgedot --build) 2>&1 | tee "$OUT/build.log"
 
 pytest_all() {  # the suite, 16 workers; 490 s leaves room for a cold build in a 600 s call
-  timeout 490 python3 -m pytest -q -rs -n 16 -p no:cacheprovider "$@" 2>&1
+  timeout "${PYTEST_TIMEOUT:-490}" python3 -m pytest -q -rs -n 16 -p no:cacheprovider "$@" 2>&1
 }
 
 for step in "$@"; do
@@ -39,7 +42,8 @@ for step in "$@"; do
       # say "Triton kernels", then every CUDA and Triton test runs against that path.
       ( export CUDA_HOME=/nonexistent TORCH_EXTENSIONS_DIR=/tmp/pyg_edgedot_ext_triton
         python3 -m pyg_edgedot 2>&1 | tee "$OUT/triton_report.log" | tail -4
-        pytest_all -k "cuda or triton" tests | tee "$OUT/pytest_triton.log" | tail -15 ) ;;
+        eval "pytest_all ${TRITON_ARGS:--k \"cuda or triton\" tests}" \
+          | tee "$OUT/pytest_triton.log" | tail -15 ) ;;
     fallback)
       ( export PYG_EDGEDOT_FORCE_FALLBACK=1
         pytest_all tests | tee "$OUT/pytest_fallback.log" | tail -15 ) ;;
@@ -59,6 +63,11 @@ for step in "$@"; do
       python3 benchmarks/bench_edge_dot.py --sections host,peers --workloads W1,W2 \
         --skip-giant --out "$OUT/h200_host.json" --plot "$OUT/h200_host.png" 2>&1 \
         | tee "$OUT/h200_host.log" | tail -40 ;;
+    sampling)
+      python3 benchmarks/bench_negative_sampling.py --device cuda \
+        --graphs "${SAMPLING_GRAPHS:-cora,100k_2m,1m_20m}" \
+        --out "$OUT/h200_negative_sampling.json" 2>&1 | tee "$OUT/h200_negative_sampling.log" \
+        | tail -30 ;;
     beyond)
       # Ranking, candidate scoring, DistMult, and the Triton path (a PYG_EDGEDOT_CUDA=0 child).
       python3 benchmarks/bench_beyond.py --out "$OUT/h200_beyond.json" 2>&1 \
@@ -75,7 +84,7 @@ for step in "$@"; do
       torchrun --standalone --nproc_per_node 1 examples/ddp_link_pred.py --device cuda \
         --num-nodes 200000 --avg-degree 20 --neg-sampling uniform --epochs 3 --no-progress \
         --json "$OUT/ddp_nccl_1gpu_h200.json" 2>&1 | tail -6 ;;
-    *) echo "unknown step $step (steps: tests triton fallback sanitizer bench host beyond examples ddp)"
+    *) echo "unknown step $step (steps: tests triton fallback sanitizer bench host sampling beyond examples ddp)"
        exit 2 ;;
   esac
 done
