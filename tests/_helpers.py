@@ -250,3 +250,13 @@ def op_edge_dot(x_src: Tensor, x_dst: Tensor, src_index: Tensor, dst_index: Tens
     assert first_bad.dtype == torch.int64 and first_bad.shape == (1,)
     assert first_bad.device == x_src.device and out.device == x_src.device
     return out, first_bad
+
+
+def scores_bitwise_alike(group: str, device: str) -> bool:
+    """Whether ``group``'s ops score pairs bitwise alike across calls of different shapes and
+    sum gradients in a fixed order on ``device``: true of the C++, CUDA and Triton kernels
+    and of the pure-PyTorch fallback on the CPU; not of the fallback on CUDA, whose sums
+    follow torch's reductions of each shape and whose scatter is index_add_ (atomics)."""
+    from pyg_edgedot import _backend
+    return not (device.startswith("cuda")
+                and _backend.loaded().table[group, "cuda"].impl == "python")
