@@ -362,8 +362,10 @@ def prebuild(package_dir: Path, csrc: Path, config) -> Optional[str]:
     found) or else the CPU one through the cache, and copy it into ``package_dir`` with its
     key. Returns the variant, or None if nothing could be built (the install still
     succeeds; the first import then tries again, just in time)."""
-    variants = (["cuda"] if cuda_unbuildable(config) is None else []) + ["cpu"]
-    for variant in variants:
+    no_cuda = cuda_unbuildable(config)
+    if no_cuda is not None:
+        _say(f"compiling the CPU kernel only: {no_cuda}")
+    for variant in (["cuda"] if no_cuda is None else []) + ["cpu"]:
         library, reason, _ = build_into_cache(variant, csrc, force=True, show_log=True)
         if library is None:
             _say(f"{reason}; the package will build it at first import instead")
