@@ -311,7 +311,7 @@ def build_into_cache(variant: str, csrc: Path, force: bool = False,
             return None, record["error"], record["log"]
     entry.mkdir(parents=True, exist_ok=True)
     _say(f"building the {WHAT[variant]} kernels in {entry} (once for these sources and this "
-         f"torch; {'3-6 minutes' if variant == 'cuda' else 'about a minute'} on 2 cores)...",
+         f"torch; {'3-6 minutes' if variant == 'cuda' else '1-3 minutes'} on 2 cores)...",
          end=" ")
     start = time.time()
     try:
