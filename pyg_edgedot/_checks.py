@@ -70,12 +70,17 @@ def check_edge_index(x_src: Tensor, edge_index: Tensor, op: str) -> Tensor:
     if edge_index.dim() != 2 or edge_index.size(0) != 2:
         raise ValueError(f"{op}: edge_index must have shape [2, E] "
                          f"(got {tuple(edge_index.shape)})")
-    if edge_index.dtype not in INDEX_DTYPES:
-        raise TypeError(f"{op}: edge_index must be int64 or int32 (got {edge_index.dtype})")
-    if edge_index.device != x_src.device:
-        raise ValueError(f"{op}: x_src and edge_index must be on the same device "
-                         f"(got {x_src.device} and {edge_index.device})")
+    check_index_dtype_device(op, "edge_index", edge_index, x_src)
     return edge_index
+
+
+def check_index_dtype_device(op: str, name: str, index: Tensor, x_src: Tensor) -> None:
+    """An index tensor: int64 or int32, on the device of ``x_src``."""
+    if index.dtype not in INDEX_DTYPES:
+        raise TypeError(f"{op}: {name} must be int64 or int32 (got {index.dtype})")
+    if index.device != x_src.device:
+        raise ValueError(f"{op}: x_src and {name} must be on the same device "
+                         f"(got {x_src.device} and {index.device})")
 
 
 def check_relation(x_src: Tensor, num_edges: int, rel: Optional[Tensor],
@@ -103,11 +108,7 @@ def check_relation(x_src: Tensor, num_edges: int, rel: Optional[Tensor],
     if edge_type.dim() != 1 or edge_type.size(0) != num_edges:
         raise ValueError(f"{op}: edge_type must have shape [E] = [{num_edges}] "
                          f"(got {tuple(edge_type.shape)})")
-    if edge_type.dtype not in INDEX_DTYPES:
-        raise TypeError(f"{op}: edge_type must be int64 or int32 (got {edge_type.dtype})")
-    if edge_type.device != x_src.device:
-        raise ValueError(f"{op}: x_src and edge_type must be on the same device "
-                         f"(got {x_src.device} and {edge_type.device})")
+    check_index_dtype_device(op, "edge_type", edge_type, x_src)
     return rel, edge_type
 
 
@@ -134,11 +135,7 @@ def check_candidate_index(op: str, index: Tensor, name: str, shape: str, x_src: 
                         f"(got {type(index).__name__})")
     if index.dim() != dims:
         raise ValueError(f"{op}: {name} must be {dims}-D {shape} (got shape {tuple(index.shape)})")
-    if index.dtype not in INDEX_DTYPES:
-        raise TypeError(f"{op}: {name} must be int64 or int32 (got {index.dtype})")
-    if index.device != x_src.device:
-        raise ValueError(f"{op}: x_src and {name} must be on the same device "
-                         f"(got {x_src.device} and {index.device})")
+    check_index_dtype_device(op, name, index, x_src)
     if num_rows is not None and index.size(0) != num_rows:
         raise ValueError(f"{op}: {name} must have one row per entry of src_index "
                          f"(got {index.size(0)} rows and {num_rows} sources)")

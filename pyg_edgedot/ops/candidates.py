@@ -16,6 +16,7 @@ from torch import Tensor
 
 from .. import _checks
 from . import _chunked
+from .edge_dot import pair_grads
 
 NAME = "candidates"
 
@@ -238,14 +239,8 @@ def register_fake_and_autograd() -> None:
         src_pairs = src_index.unsqueeze(1).expand(cand_index.shape).reshape(-1)
         cand_pairs = cand_index.reshape(-1)
         grad_pairs = grad_out.contiguous().reshape(-1)
-        grad_src = grad_dst = None
-        if ctx.needs_input_grad[0]:
-            grad_src = torch.ops.pyg_edgedot.edge_dot_grad(
-                grad_pairs, x_dst, src_pairs, cand_pairs, x_src.shape[0])
-        if ctx.needs_input_grad[1]:
-            grad_dst = torch.ops.pyg_edgedot.edge_dot_grad(
-                grad_pairs, x_src, cand_pairs, src_pairs, x_dst.shape[0])
-        return grad_src, grad_dst, None, None
+        return (*pair_grads(ctx.needs_input_grad, grad_pairs, x_src, x_dst, src_pairs,
+                            cand_pairs), None, None)
 
     torch.library.register_autograd("pyg_edgedot::score_candidates", backward,
                                     setup_context=setup_context)

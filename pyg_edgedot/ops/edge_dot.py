@@ -132,6 +132,21 @@ def fallback_impls() -> dict:
     return {"edge_dot": _fallback_forward, "edge_dot_grad": _fallback_grad}
 
 
+def pair_grads(needs_input_grad, grad_out: Tensor, x_src: Tensor, x_dst: Tensor,
+               src_index: Tensor, dst_index: Tensor):
+    """The gradients of ``sum_e grad_out[e] * <x_src[src_index[e]], x_dst[dst_index[e]]>``
+    for x_src and x_dst (None where not needed): one ``edge_dot_grad`` per side. Shared by
+    every op whose scores are such pairs (``edge_dot``, ``score_candidates``)."""
+    grad_src = grad_dst = None
+    if needs_input_grad[0]:
+        grad_src = torch.ops.pyg_edgedot.edge_dot_grad(
+            grad_out, x_dst, src_index, dst_index, x_src.shape[0])
+    if needs_input_grad[1]:
+        grad_dst = torch.ops.pyg_edgedot.edge_dot_grad(
+            grad_out, x_src, dst_index, src_index, x_dst.shape[0])
+    return grad_src, grad_dst
+
+
 def triton_impls() -> dict:
     from . import edge_dot_triton  # imports triton: only on the CUDA-without-nvcc path
 
@@ -164,15 +179,8 @@ def register_fake_and_autograd() -> None:
 
     def backward(ctx, grad_out, _grad_first_bad):
         x_src, x_dst, src_index, dst_index = ctx.saved_tensors
-        grad_src = grad_dst = None
-        grad_out = grad_out.contiguous()
-        if ctx.needs_input_grad[0]:
-            grad_src = torch.ops.pyg_edgedot.edge_dot_grad(
-                grad_out, x_dst, src_index, dst_index, x_src.shape[0])
-        if ctx.needs_input_grad[1]:
-            grad_dst = torch.ops.pyg_edgedot.edge_dot_grad(
-                grad_out, x_src, dst_index, src_index, x_dst.shape[0])
-        return grad_src, grad_dst, None, None
+        return (*pair_grads(ctx.needs_input_grad, grad_out.contiguous(), x_src, x_dst,
+                            src_index, dst_index), None, None)
 
     torch.library.register_autograd("pyg_edgedot::edge_dot", backward,
                                     setup_context=setup_context)
