@@ -7,8 +7,9 @@ reverse edges) for validation and testing. A two-layer GraphSAGE encoder, turned
 heterogeneous with torch_geometric.nn.to_hetero, embeds users and items, and
 EdgeDotScore() scores (user, item) pairs on (x_dict['user'], x_dict['item']). Every epoch
 draws fresh negative (user, item) pairs from a bipartite pyg_edgedot.NegativeSampler built
-once on the training ratings (--loss fused: inside pyg_edgedot.EdgeDotLoss); the model with the best validation ROC-AUC is
-tested with ROC-AUC, AP, and MRR/Hits@K against random items.
+once on the training ratings (--loss fused: inside pyg_edgedot.EdgeDotLoss); the model
+with the best validation ROC-AUC is tested with ROC-AUC, AP, and MRR/Hits@K against random
+items.
 
 examples:
   python examples/hetero_link_pred.py
