@@ -21,7 +21,8 @@ import pyg_edgedot
 
 DECODERS = ("edgedot", "eager")
 ENCODERS = ("gcn", "sage")
-NEG_SAMPLING = ("pyg", "uniform")
+NEG_SAMPLING = ("edgedot", "pyg", "uniform")
+LOSSES = ("bce", "fused")
 NumNodes = Union[int, Tuple[int, int]]
 ScoreFn = Callable[[Tensor], Tensor]  # edge_label_index [2, E] -> scores [E]
 
@@ -73,12 +74,23 @@ def add_training_args(parser: argparse.ArgumentParser, *, epochs: int, lr: float
                        help=decoder_help or "'edgedot': pyg_edgedot.EdgeDotScore (fused "
                        "kernel); 'eager': PyG's expression (z[src] * z[dst]).sum(-1)")
     if neg_sampling:
-        group.add_argument("--neg-sampling", default="pyg", choices=NEG_SAMPLING,
+        group.add_argument("--neg-sampling", default="edgedot", choices=NEG_SAMPLING,
                            help="fresh training negatives each epoch, one per positive: "
-                                "'pyg': torch_geometric.utils.negative_sampling (rejects "
-                                "true edges; runs on the CPU in Python, slow past ~1M "
-                                "edges); 'uniform': uniform random pairs drawn on the "
-                                "device, unfiltered (for timing large graphs)")
+                                "'edgedot': pyg_edgedot.NegativeSampler, built once per "
+                                "training graph, exact (never a training edge, always as "
+                                "many as asked), on the device; 'pyg': "
+                                "torch_geometric.utils.negative_sampling (the same "
+                                "distribution, rebuilt every call; runs on the CPU in "
+                                "Python, slow past ~1M edges); 'uniform': uniform random "
+                                "pairs drawn on the device, unfiltered")
+        group.add_argument("--loss", default="bce", choices=LOSSES,
+                           help="'bce': score the positives and the sampled negatives with "
+                                "--decoder, then BCEWithLogitsLoss; 'fused': "
+                                "pyg_edgedot.EdgeDotLoss, the same BCE with its negatives "
+                                "drawn inside the loss (from the --neg-sampling edgedot "
+                                "sampler, or unfiltered with uniform; not with pyg), never "
+                                "materialized; --decoder then only scores validation and "
+                                "test edges")
 
     group = parser.add_argument_group("evaluation")
     group.add_argument("--num-rank-negatives", type=int, default=100,
@@ -152,37 +164,94 @@ class EagerDotScore(torch.nn.Module):
         return out.sigmoid() if self.sigmoid else out
 
 
-# Negatives ################################################################################
+# Negatives and the training loss ##########################################################
 
-def sample_negatives(edge_index: Tensor, num_nodes: NumNodes, num_samples: int,
-                     method: str = "pyg") -> Tensor:
-    """About ``num_samples`` negative edges ``[2, M]`` on the device of ``edge_index``.
-
-    ``'pyg'`` is :func:`torch_geometric.utils.negative_sampling`, which avoids the edges of
-    ``edge_index``; ``'uniform'`` draws uniform pairs, on the device, without that check
-    (a pair is a true edge with probability about the graph's density). ``num_nodes`` is
-    an int, or ``(num_src_nodes, num_dst_nodes)`` for a bipartite graph.
-    """
+def _negative_sampler(method: str, edge_index: Tensor,
+                      num_nodes: NumNodes) -> Callable[[int], Tensor]:
+    """``draw(num_samples) -> [2, num_samples]`` negatives of ``edge_index``'s graph."""
+    if method == "edgedot":
+        sampler = pyg_edgedot.NegativeSampler(edge_index, num_nodes)  # built once
+        return lambda num_samples: sampler.sample(num_samples)
     if method == "pyg":
         from torch_geometric.utils import negative_sampling
-        return negative_sampling(edge_index, num_nodes=num_nodes,
-                                 num_neg_samples=num_samples)
+        return lambda num_samples: negative_sampling(edge_index, num_nodes=num_nodes,
+                                                     num_neg_samples=num_samples)
     if method == "uniform":
         num_src, num_dst = (num_nodes, num_nodes) if isinstance(num_nodes, int) else num_nodes
         device = edge_index.device
-        return torch.stack([torch.randint(num_src, (num_samples,), device=device),
-                            torch.randint(num_dst, (num_samples,), device=device)])
+        return lambda num_samples: torch.stack([
+            torch.randint(num_src, (num_samples,), device=device),
+            torch.randint(num_dst, (num_samples,), device=device)])
     raise ExampleError(f"unknown negative sampling {method!r} (choose from {NEG_SAMPLING})")
 
 
-def with_negatives(pos_edge_index: Tensor, known_edge_index: Tensor, num_nodes: NumNodes,
-                   method: str = "pyg") -> Tuple[Tensor, Tensor]:
-    """``pos_edge_index`` followed by as many fresh negatives, and their 1/0 labels."""
-    neg = sample_negatives(known_edge_index, num_nodes, pos_edge_index.size(1), method)
-    edge_label_index = torch.cat([pos_edge_index, neg], dim=1)
-    edge_label = torch.cat([pos_edge_index.new_ones(pos_edge_index.size(1)),
-                            neg.new_zeros(neg.size(1))]).float()
-    return edge_label_index, edge_label
+class LinkObjective:
+    """The training loss of the examples: BCE over the positive edges and as many fresh
+    negatives, drawn anew at every call.
+
+    Negatives (``--neg-sampling``): ``'edgedot'`` draws distinct pairs that are not edges of
+    ``known_edge_index`` from a :class:`pyg_edgedot.NegativeSampler` built once here, exactly
+    as many as asked; ``'pyg'`` calls :func:`torch_geometric.utils.negative_sampling` (the
+    same distribution, rebuilt from ``known_edge_index`` at each call, by rejection, so it may
+    return a few fewer); ``'uniform'`` draws uniform pairs without checking them.
+
+    Loss (``--loss``): ``'bce'`` scores the positives and the negatives with ``decoder`` and
+    applies :class:`torch.nn.BCEWithLogitsLoss`; ``'fused'`` is
+    :class:`pyg_edgedot.EdgeDotLoss` (one uniform negative per positive, drawn inside the
+    loss from the same sampler, or unchecked with ``'uniform'``), which never builds the
+    negatives' index or their scores. Both compute the mean of ``softplus(-score)`` over the
+    positives and ``softplus(score)`` over the negatives.
+
+    Per step::
+
+        edge_label_index, edge_label = objective.draw(pos_edge_index)  # timed as 'sample'
+        loss = objective.loss(z, edge_label_index, edge_label)
+    """
+
+    def __init__(self, args: argparse.Namespace, decoder: torch.nn.Module,
+                 known_edge_index: Tensor, num_nodes: NumNodes) -> None:
+        self.method, self.kind, self.decoder = args.neg_sampling, args.loss, decoder
+        if self.kind not in LOSSES:
+            raise ExampleError(f"unknown --loss {self.kind!r} (choose from {LOSSES})")
+        if self.kind == "fused" and self.method == "pyg":
+            raise ExampleError("--loss fused draws its negatives inside the loss, from "
+                               "pyg_edgedot's sampler: pass --neg-sampling edgedot (or "
+                               "uniform), not pyg")
+        if self.kind == "fused":
+            sampler = (pyg_edgedot.NegativeSampler(known_edge_index, num_nodes)
+                       if self.method == "edgedot" else None)
+            self.sampler = sampler
+            self.fused = pyg_edgedot.EdgeDotLoss(
+                num_negatives=1, negatives="uniform", sampler=sampler,
+                num_nodes=None if sampler is not None else num_nodes)
+        else:
+            self._draw = _negative_sampler(self.method, known_edge_index, num_nodes)
+            self.criterion = torch.nn.BCEWithLogitsLoss()
+
+    def draw(self, pos_edge_index: Tensor) -> Tuple[Tensor, Optional[Tensor]]:
+        """The edges to score and their 1/0 labels: ``pos_edge_index`` followed by fresh
+        negatives. With ``--loss fused``, ``(pos_edge_index, None)``: the loss draws them."""
+        if self.kind == "fused":
+            return pos_edge_index, None
+        neg = self._draw(pos_edge_index.size(1))
+        edge_label_index = torch.cat([pos_edge_index, neg.to(pos_edge_index.dtype)], dim=1)
+        edge_label = torch.cat([pos_edge_index.new_ones(pos_edge_index.size(1)),
+                                neg.new_zeros(neg.size(1))]).float()
+        return edge_label_index, edge_label
+
+    def loss(self, x: Union[Tensor, Tuple[Tensor, Tensor]], edge_label_index: Tensor,
+             edge_label: Optional[Tensor]) -> Tensor:
+        """The scalar loss of one step, on the embeddings ``x`` (or a source/destination
+        pair) and what :meth:`draw` returned."""
+        if self.kind == "fused":
+            return self.fused(x, edge_label_index)
+        return self.criterion(self.decoder(x, edge_label_index), edge_label)
+
+    def describe(self) -> Dict[str, object]:
+        """For the JSON report: the negative sampling and the loss actually used."""
+        return {"neg_sampling": self.method, "loss": self.kind,
+                "negatives_per_positive": 1,
+                "fused_loss": repr(self.fused) if self.kind == "fused" else None}
 
 
 # Metrics ##################################################################################

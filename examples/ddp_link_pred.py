@@ -2,7 +2,9 @@
 
 Every rank holds the whole graph and a replica of the encoder wrapped in
 DistributedDataParallel. Each step, each rank scores its share (1 / world size) of the
-training edges plus as many fresh negatives, and DDP averages the gradients. Validation and
+training edges plus as many fresh negatives (from a pyg_edgedot.NegativeSampler each rank
+builds once; --loss fused draws them inside pyg_edgedot.EdgeDotLoss), and DDP averages the
+gradients. Validation and
 test edges are shared out the same way: the ranks all_gather their scores for ROC-AUC and
 AP, and all_reduce their ranking sums for MRR and Hits@K. Rank 0 prints the summary and
 writes --json, with the world size and the slowest rank's mean epoch time.
@@ -97,7 +99,8 @@ def train_and_test(args, rank: int, world_size: int, device: torch.device,
                                     else None)
     decoder = EdgeDotScore() if args.decoder == "edgedot" else _common.EagerDotScore()
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
-    criterion = torch.nn.BCEWithLogitsLoss()
+    objective = _common.LinkObjective(args, decoder, train_data.edge_index,
+                                      train_data.num_nodes)
     seed_everything(args.seed + rank)  # but different negatives on each rank
 
     def share(tensor: Tensor) -> Tensor:  # this rank's slice of the last dimension
@@ -107,12 +110,11 @@ def train_and_test(args, rank: int, world_size: int, device: torch.device,
 
     def train_epoch(timer: _common.EpochTimer) -> float:
         model.train()
-        edge_label_index, edge_label = _common.with_negatives(
-            train_pos, train_data.edge_index, train_data.num_nodes, args.neg_sampling)
+        edge_label_index, edge_label = objective.draw(train_pos)
         timer.lap("sample")
         optimizer.zero_grad()
         z = model(train_data.x, train_data.edge_index)
-        loss = criterion(decoder(z, edge_label_index), edge_label)
+        loss = objective.loss(z, edge_label_index, edge_label)
         loss.backward()  # DDP all-reduces (averages) the gradients here
         optimizer.step()
         loss = loss.detach()
@@ -163,8 +165,9 @@ def train_and_test(args, rank: int, world_size: int, device: torch.device,
         data=dict(_data.describe(data), name=name,
                   scored_edges_per_epoch=2 * train_data.edge_label_index.size(1)),
         title=f"{name}, DDP x{world_size} ({backend}), {args.model.upper()} encoder, "
-              f"{args.decoder} decoder",
-        extra={"world_size": world_size, "backend": backend})
+              f"{args.decoder} decoder, {args.neg_sampling} negatives, {args.loss} loss",
+        extra={"world_size": world_size, "backend": backend,
+               "negatives": objective.describe()})
 
 
 if __name__ == "__main__":

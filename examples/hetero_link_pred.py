@@ -6,12 +6,15 @@ reverse ('item', 'rev_rates', 'user') edges. RandomLinkSplit holds out ratings (
 reverse edges) for validation and testing. A two-layer GraphSAGE encoder, turned
 heterogeneous with torch_geometric.nn.to_hetero, embeds users and items, and
 EdgeDotScore() scores (user, item) pairs on (x_dict['user'], x_dict['item']). Every epoch
-draws fresh negative (user, item) pairs; the model with the best validation ROC-AUC is
-tested with ROC-AUC, AP, and MRR/Hits@K against random items.
+draws fresh negative (user, item) pairs from a bipartite pyg_edgedot.NegativeSampler built
+once on the training ratings (--loss fused: inside pyg_edgedot.EdgeDotLoss); the model
+with the best validation ROC-AUC is tested with ROC-AUC, AP, and MRR/Hits@K against random
+items.
 
 examples:
   python examples/hetero_link_pred.py
-  python examples/hetero_link_pred.py --decoder eager
+  python examples/hetero_link_pred.py --decoder eager --neg-sampling pyg
+  python examples/hetero_link_pred.py --loss fused
   python examples/hetero_link_pred.py --device cuda --num-users 1000000 --num-items 200000 \\
       --avg-ratings 10 --neg-sampling uniform --epochs 10 --json hetero.json
 """
@@ -69,21 +72,18 @@ def main(argv=None) -> dict:
         model(train_data.x_dict, train_data.edge_index_dict)
     decoder = EdgeDotScore() if args.decoder == "edgedot" else _common.EagerDotScore()
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
-    criterion = torch.nn.BCEWithLogitsLoss()
-
     # Negatives avoid every training rating, including those kept out of message passing.
     train_ratings = torch.cat([train_data[RATES].edge_index,
                                train_data[RATES].edge_label_index], dim=1)
+    objective = _common.LinkObjective(args, decoder, train_ratings, num_nodes)
 
     def train_epoch(timer: _common.EpochTimer) -> float:
         model.train()
-        edge_label_index, edge_label = _common.with_negatives(
-            train_data[RATES].edge_label_index, train_ratings, num_nodes, args.neg_sampling)
+        edge_label_index, edge_label = objective.draw(train_data[RATES].edge_label_index)
         timer.lap("sample")
         optimizer.zero_grad()
         z = model(train_data.x_dict, train_data.edge_index_dict)
-        out = decoder((z["user"], z["item"]), edge_label_index)
-        loss = criterion(out, edge_label)
+        loss = objective.loss((z["user"], z["item"]), edge_label_index, edge_label)
         loss.backward()
         optimizer.step()
         return loss.item()
@@ -109,7 +109,9 @@ def main(argv=None) -> dict:
         "hetero_link_pred", args, device, metrics=metrics, fit_result=result,
         data=dict(_data.describe(data), name="generated user-item graph",
                   scored_edges_per_epoch=2 * train_data[RATES].edge_label_index.size(1)),
-        title=f"users rate items, to_hetero(GraphSAGE) encoder, {args.decoder} decoder")
+        title=f"users rate items, to_hetero(GraphSAGE) encoder, {args.decoder} decoder, "
+              f"{args.neg_sampling} negatives, {args.loss} loss",
+        extra={"negatives": objective.describe()})
 
 
 if __name__ == "__main__":

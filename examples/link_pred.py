@@ -3,15 +3,19 @@
 A GCN (or GraphSAGE) encoder embeds the nodes; EdgeDotScore scores each candidate edge by
 the dot product of its endpoint embeddings, in one fused pass and O(E) memory, where PyG's
 usual (z[src] * z[dst]).sum(-1) builds two [E, D] tensors. The edges are split with
-RandomLinkSplit; every epoch draws fresh negatives, one per training edge, and trains with
-BCEWithLogitsLoss. The model with the best validation ROC-AUC is tested: ROC-AUC and AP on
-the test edges, and MRR and Hits@K ranking each positive test edge against random
+RandomLinkSplit; every epoch draws fresh negatives, one per training edge, from a
+pyg_edgedot.NegativeSampler built once on the training graph, and trains with
+BCEWithLogitsLoss (or, with --loss fused, pyg_edgedot.EdgeDotLoss, which draws the
+negatives inside the loss). The model with the best validation ROC-AUC is tested: ROC-AUC
+and AP on the test edges, and MRR and Hits@K ranking each positive test edge against random
 negatives, as OGB does.
 
 examples:
   python examples/link_pred.py                         # generated graph, no download
   python examples/link_pred.py --dataset Cora --root data/Planetoid  # data/Planetoid/Cora/raw
-  python examples/link_pred.py --decoder eager         # PyG's expression, for a side-by-side
+  python examples/link_pred.py --neg-sampling pyg --decoder eager
+                                                       # PyG's own pipeline, side by side
+  python examples/link_pred.py --loss fused            # fused loss: EdgeDotLoss + sampler
   python examples/link_pred.py --device cuda --num-nodes 1000000 --avg-degree 20 \\
       --neg-sampling uniform --epochs 20 --no-progress --json big.json
                                                        # ~17M scored edges per epoch
@@ -41,17 +45,17 @@ def main(argv=None) -> dict:
     model = _common.make_encoder(args, data.num_features).to(device)
     decoder = EdgeDotScore() if args.decoder == "edgedot" else _common.EagerDotScore()
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
-    criterion = torch.nn.BCEWithLogitsLoss()
+    # Negatives avoid the training edges; the sampler over them is built once, here.
+    objective = _common.LinkObjective(args, decoder, train_data.edge_index,
+                                      train_data.num_nodes)
 
     def train_epoch(timer: _common.EpochTimer) -> float:
         model.train()
-        edge_label_index, edge_label = _common.with_negatives(
-            train_data.edge_label_index, train_data.edge_index, train_data.num_nodes,
-            args.neg_sampling)
+        edge_label_index, edge_label = objective.draw(train_data.edge_label_index)
         timer.lap("sample")
         optimizer.zero_grad()
         z = model(train_data.x, train_data.edge_index)
-        loss = criterion(decoder(z, edge_label_index), edge_label)
+        loss = objective.loss(z, edge_label_index, edge_label)
         loss.backward()
         optimizer.step()
         return loss.item()
@@ -76,7 +80,9 @@ def main(argv=None) -> dict:
         "link_pred", args, device, metrics=metrics, fit_result=result,
         data=dict(_data.describe(data), name=name,
                   scored_edges_per_epoch=2 * train_data.edge_label_index.size(1)),
-        title=f"{name}, {args.model.upper()} encoder, {args.decoder} decoder")
+        title=f"{name}, {args.model.upper()} encoder, {args.decoder} decoder, "
+              f"{args.neg_sampling} negatives, {args.loss} loss",
+        extra={"negatives": objective.describe()})
 
 
 if __name__ == "__main__":

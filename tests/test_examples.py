@@ -119,6 +119,12 @@ def test_every_example_documents_its_options(script, examples_path, capsys):
         assert option in out, f"{script} --help does not list {option}"
     assert "examples:" in out and f"examples/{script}" in out, \
         f"{script} --help shows no example command"
+    if script in ("link_pred.py", "hetero_link_pred.py", "ddp_link_pred.py"):
+        flat = " ".join(out.split())  # argparse wraps the help text
+        assert "--neg-sampling {edgedot,pyg,uniform}" in flat, flat
+        assert "--loss {bce,fused}" in flat, flat
+        assert "pyg_edgedot.NegativeSampler" in flat and "(default: edgedot)" in flat
+        assert "pyg_edgedot.EdgeDotLoss" in flat and "(default: bce)" in flat
 
 
 def test_examples_readme_lists_every_example():
@@ -148,6 +154,10 @@ def test_link_pred_writes_a_complete_report(link_pred_runs):
     doc = link_pred_runs["edgedot"]
     check_report(doc, example="link_pred", epochs=6)
     assert doc["config"]["decoder"] == "edgedot"
+    # The defaults: negatives from pyg_edgedot.NegativeSampler, decoder scores + BCE.
+    assert doc["config"]["neg_sampling"] == "edgedot" and doc["config"]["loss"] == "bce"
+    assert doc["negatives"] == {"neg_sampling": "edgedot", "loss": "bce",
+                                "negatives_per_positive": 1, "fused_loss": None}
     assert doc["data"]["num_nodes"] == 300
     assert set(doc["timing"]["mean_phase_time_s"]) == {"sample", "step"}
 
@@ -173,6 +183,62 @@ def test_link_pred_decoders_agree(link_pred_runs):
         assert edgedot["metrics"][key] == pytest.approx(eager["metrics"][key], abs=0.01), key
     losses = [h["loss"] for h in edgedot["history"]]
     assert losses == pytest.approx([h["loss"] for h in eager["history"]], rel=1e-3)
+
+
+@pytest.mark.parametrize("options", [["--neg-sampling", "pyg", "--decoder", "eager"],
+                                     ["--loss", "fused"],
+                                     ["--loss", "fused", "--neg-sampling", "uniform"]],
+                         ids=["pyg-pipeline", "fused", "fused-uniform"])
+def test_link_pred_other_pipelines_learn(tmp_path, examples_path, options):
+    # PyG's own pipeline (its negative_sampling and expression) and the fused loss train as
+    # well as the default on the tiny graph of link_pred_runs.
+    args = [*TINY_GRAPH, *TINY_EVAL, "--p-in", "0.95", "--epochs", "6", "--lr", "0.05",
+            "--seed", "3"]
+    doc = run_in_process(tmp_path, "link_pred.py", *args, *options)
+    check_report(doc, example="link_pred", epochs=6)
+    negatives = doc["negatives"]
+    assert negatives["neg_sampling"] == doc["config"]["neg_sampling"]
+    assert negatives["loss"] == doc["config"]["loss"]
+    if "fused" in options:
+        assert negatives["fused_loss"].startswith("EdgeDotLoss(num_negatives=1, "
+                                                  "negatives='uniform'")
+        assert ("sampler=NegativeSampler(" in negatives["fused_loss"]) == (
+            "uniform" not in options)
+    history, metrics = doc["history"], doc["metrics"]
+    assert history[-1]["loss"] < 0.62, [h["loss"] for h in history]
+    assert metrics["test_auc"] > 0.8, metrics
+
+
+def test_fused_loss_refuses_pyg_negatives(tmp_path, examples_path):
+    _common = import_example("_common")
+    with pytest.raises(_common.ExampleError, match="--neg-sampling edgedot"):
+        run_in_process(tmp_path, "link_pred.py", *TINY_GRAPH, "--epochs", "1",
+                       "--loss", "fused", "--neg-sampling", "pyg")
+
+
+@pytest.mark.parametrize("method", ["edgedot", "pyg", "uniform"])
+def test_link_objective_draws_fresh_negatives(examples_path, method):
+    import argparse
+    _common = import_example("_common")
+    known = _sampling_graph(num_nodes=40, num_edges=300).edge_index
+    pos = known[:, :100]
+    args = argparse.Namespace(neg_sampling=method, loss="bce")
+    objective = _common.LinkObjective(args, _common.EagerDotScore(), known, 40)
+    torch.manual_seed(0)
+    first, label = objective.draw(pos)
+    second, _ = objective.draw(pos)
+    assert torch.equal(first[:, :100], pos) and not torch.equal(first, second)
+    neg = first[:, 100:]
+    assert torch.equal(label, torch.cat([torch.ones(100), torch.zeros(neg.size(1))]))
+    assert bool((neg >= 0).all() and (neg < 40).all())
+    if method == "edgedot":  # exact: as many as asked, none a known edge or a self-loop
+        assert neg.size(1) == 100
+        assert not set(map(tuple, neg.t().tolist())) & set(map(tuple, known.t().tolist()))
+        assert not bool((neg[0] == neg[1]).any())
+    z = torch.randn(40, 8)
+    expected = torch.nn.functional.binary_cross_entropy_with_logits(
+        (z[first[0]] * z[first[1]]).sum(-1), label)
+    torch.testing.assert_close(objective.loss(z, first, label), expected)
 
 
 @pytest.mark.skipif(not CORA_RAW.is_dir(), reason=f"the Cora raw files are not at {CORA_RAW}")
@@ -207,6 +273,17 @@ def test_hetero_link_pred(tmp_path):
     assert doc["data"]["num_nodes"] == {"user": 200, "item": 100}
     edges = doc["data"]["num_edges"]
     assert edges["user__rates__item"] == edges["item__rev_rates__user"] > 0
+    assert doc["negatives"]["neg_sampling"] == "edgedot"
+
+
+def test_hetero_link_pred_fused_loss(tmp_path, examples_path):
+    # A bipartite (users, items) sampler inside EdgeDotLoss, on (z['user'], z['item']).
+    doc = run_in_process(tmp_path, "hetero_link_pred.py", "--num-users", "200",
+                         "--num-items", "100", "--avg-ratings", "5", "--num-genres", "5",
+                         "--feat-dim", "16", "--hidden-channels", "16", "--out-channels",
+                         "16", "--epochs", "2", "--loss", "fused", *TINY_EVAL)
+    check_report(doc, example="hetero_link_pred", epochs=2)
+    assert "num_nodes=(200, 100)" in doc["negatives"]["fused_loss"]
 
 
 def test_gae(tmp_path):
@@ -318,10 +395,10 @@ def test_torch_neighbor_sampler_refuses_what_it_does_not_cover(examples_path):
 
 def test_ddp_link_pred_two_processes(tmp_path):
     doc, proc = run_example(tmp_path, "ddp_link_pred.py", *TINY_GRAPH, "--epochs", "2",
-                            "--model", "sage", "--neg-sampling", "uniform", *TINY_EVAL,
-                            torchrun_procs=2)
+                            "--model", "sage", *TINY_EVAL, torchrun_procs=2)
     check_report(doc, example="ddp_link_pred", epochs=2)
     assert doc["world_size"] == 2 and doc["backend"] == "gloo"
+    assert doc["negatives"]["neg_sampling"] == "edgedot"
     per_rank = doc["timing"]["mean_epoch_time_s_per_rank"]
     assert len(per_rank) == 2 and doc["mean_epoch_time_s"] == max(per_rank)
     assert proc.stdout.count("wrote ") == 1  # only rank 0 reports
@@ -329,9 +406,10 @@ def test_ddp_link_pred_two_processes(tmp_path):
 
 def test_ddp_link_pred_single_process(tmp_path, examples_path):
     doc = run_in_process(tmp_path, "ddp_link_pred.py", *TINY_GRAPH, "--epochs", "1",
-                         *TINY_EVAL)
+                         "--loss", "fused", *TINY_EVAL)
     check_report(doc, example="ddp_link_pred", epochs=1)
     assert doc["world_size"] == 1
+    assert doc["negatives"]["loss"] == "fused"
 
 
 # Shared helpers ###########################################################################
