@@ -1,11 +1,18 @@
 """Negative sampling, side by side: PyG's negative_sampling (sparse), a plain exact
 sampler, and ours (function; prebuilt NegativeSampler without / with replacement).
 
-    python benchmarks/bench_negative_sampling.py --device cpu --out results.json
+    python benchmarks/bench_negative_sampling.py --device cpu --threads 1 --out results.json
 
 Graphs: Cora's size (2,708 nodes, 10,556 edges), 100K nodes / 2M edges, and on CUDA
 1M nodes / 20M edges; each asks E negatives (uniform random edges, homogeneous).
-Times are medians of --reps runs after one warm-up (CUDA: events + synchronize).
+
+``ours_*`` run the op ``negative_sample`` as registered (on the CPU, the fused C++ kernel when
+it is built: ``backend`` in the output says which); ``ours_*_python`` swap in its pure-PyTorch
+implementation (what CUDA tensors, and the CPU without a compiler, run).
+
+Every method is warmed up once, then the methods run in turn, --reps rounds (so a burst of
+other work on the machine hits them alike); the tables give the median and the minimum
+(CUDA: events + synchronize).
 """
 import argparse
 import json
@@ -19,6 +26,8 @@ import torch
 import torch_geometric
 from torch_geometric.utils import negative_sampling as pyg_negative_sampling
 
+from pyg_edgedot import _backend
+from pyg_edgedot.ops import negative_sampling as ns_mod
 from pyg_edgedot.ops.negative_sampling import NegativeSampler, negative_sampling
 
 GRAPHS = [("cora", 2_708, 10_556), ("100k_2m", 100_000, 2_000_000),
@@ -46,29 +55,49 @@ def plain_negative_sampling(edge_index, num_nodes, num_samples, generator=None):
     return torch.stack([out // num_nodes, out % num_nodes])
 
 
-def timed(fn, reps, device):
-    fn()  # warm-up
-    times = []
-    for _ in range(reps):
-        if device.type == "cuda":
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            torch.cuda.synchronize()
-            start.record()
-            fn()
-            end.record()
-            torch.cuda.synchronize()
-            times.append(start.elapsed_time(end))
-        else:
-            t0 = time.perf_counter()
-            fn()
-            times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times), times
+def python_path(fn):
+    """fn with the op's pure-PyTorch implementation in place of the registered one."""
+    def run():
+        registered = ns_mod._negative_sample
+        ns_mod._negative_sample = ns_mod._negative_sample_fallback
+        try:
+            return fn()
+        finally:
+            ns_mod._negative_sample = registered
+    return run
+
+
+def time_once(fn, device):
+    if device.type == "cuda":
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda.synchronize()
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize()
+        return start.elapsed_time(end)
+    t0 = time.perf_counter()
+    fn()
+    return (time.perf_counter() - t0) * 1e3
+
+
+def timed_in_turn(methods, reps, device):
+    """{method: [ms per round]}: a warm-up each, then `reps` rounds of every method in turn
+    (a method with a reps entry of its own stops after that many)."""
+    times = {name: [] for name in methods}
+    for fn, _ in methods.values():
+        fn()
+    for round_ in range(reps):
+        for name, (fn, method_reps) in methods.items():
+            if round_ < method_reps:
+                times[name].append(time_once(fn, device))
+    return times
 
 
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--reps", type=int, default=7)
+    parser.add_argument("--reps", type=int, default=9)
     parser.add_argument("--graphs", default=None, help="comma list of " +
                         ",".join(g[0] for g in GRAPHS))
     parser.add_argument("--threads", type=int, default=None,
@@ -82,6 +111,7 @@ def main():
         g[0] for g in GRAPHS if device.type == "cuda" or g[0] != "1m_20m"]
 
     results = {"device": str(device), "torch": torch.__version__,
+               "backend": _backend.loaded().table["negative_sampling", device.type].impl,
                "torch_geometric": torch_geometric.__version__,
                "threads": torch.get_num_threads(), "platform": platform.platform(),
                "cpu": platform.processor(), "reps": args.reps, "graphs": [],
@@ -90,8 +120,8 @@ def main():
     if device.type == "cuda":
         results["gpu"] = torch.cuda.get_device_name(device)
     print(f"device={device} threads={torch.get_num_threads()} torch={torch.__version__} "
-          f"pyg={torch_geometric.__version__} reps={args.reps} (median ms) "
-          f"loadavg={results['loadavg_start']}")
+          f"pyg={torch_geometric.__version__} reps={args.reps} "
+          f"negative_sample backend={results['backend']} loadavg={results['loadavg_start']}")
     for name, num_nodes, num_edges in GRAPHS:
         if name not in wanted:
             continue
@@ -100,21 +130,25 @@ def main():
         num = num_edges
         torch.manual_seed(0)
         sampler = NegativeSampler(edge_index, num_nodes)
+        slow = 3 if num >= 1_000_000 else args.reps  # PyG's sampler takes seconds there
         methods = {
-            "pyg_sparse": lambda: pyg_negative_sampling(edge_index, num_nodes, num),
-            "plain_exact": lambda: plain_negative_sampling(edge_index, num_nodes, num),
-            "ours_function": lambda: negative_sampling(edge_index, num_nodes, num),
-            "ours_sampler_build": lambda: NegativeSampler(edge_index, num_nodes),
-            "ours_sampler": lambda: sampler.sample(num),
-            "ours_sampler_replace": lambda: sampler.sample(num, replace=True),
+            "pyg_sparse": (lambda: pyg_negative_sampling(edge_index, num_nodes, num), slow),
+            "plain_exact": (lambda: plain_negative_sampling(edge_index, num_nodes, num),
+                            args.reps),
+            "ours_function": (lambda: negative_sampling(edge_index, num_nodes, num), args.reps),
+            "ours_sampler_build": (lambda: NegativeSampler(edge_index, num_nodes), args.reps),
+            "ours_sampler": (lambda: sampler.sample(num), args.reps),
+            "ours_sampler_replace": (lambda: sampler.sample(num, replace=True), args.reps),
+            "ours_sampler_python": (python_path(lambda: sampler.sample(num)), args.reps),
+            "ours_sampler_replace_python": (
+                python_path(lambda: sampler.sample(num, replace=True)), args.reps),
         }
         row = {"graph": name, "num_nodes": num_nodes, "num_edges": num_edges,
-               "num_samples": num, "ms": {}, "ms_all": {}, "returned": {}}
-        for method, fn in methods.items():
-            reps = args.reps if not (method == "pyg_sparse" and num >= 1_000_000) else 3
-            med, all_times = timed(fn, reps, device)
-            out = fn()
-            row["ms"][method] = med
+               "num_samples": num, "ms": {}, "ms_min": {}, "ms_all": {}, "returned": {}}
+        for method, all_times in timed_in_turn(methods, args.reps, device).items():
+            out = methods[method][0]()
+            row["ms"][method] = statistics.median(all_times)
+            row["ms_min"][method] = min(all_times)
             row["ms_all"][method] = all_times
             if isinstance(out, torch.Tensor):
                 row["returned"][method] = int(out.size(1))
@@ -123,11 +157,12 @@ def main():
                                    if m.startswith("ours") and m != "ours_sampler_build"}
         results["graphs"].append(row)
         print(f"\n{name}: N={num_nodes:,} E={num_edges:,} negatives={num:,}")
-        print(f"  {'method':<22}{'median ms':>12}{'returned':>12}{'x plain':>10}")
+        print(f"  {'method':<29}{'median ms':>11}{'min ms':>11}{'returned':>11}{'x plain':>9}")
         for method, t in row["ms"].items():
             speed = row["speedup_vs_plain"].get(method)
-            speed = f"{speed:9.2f}x" if speed else ""
-            print(f"  {method:<22}{t:12.3f}{row['returned'].get(method, 0):12,}{speed:>10}")
+            speed = f"{speed:8.2f}x" if speed else ""
+            print(f"  {method:<29}{t:11.3f}{row['ms_min'][method]:11.3f}"
+                  f"{row['returned'].get(method, 0):11,}{speed:>9}")
     results["loadavg_end"] = list(os.getloadavg())
     print(f"\nloadavg at end: {results['loadavg_end']}")
     if args.out:

@@ -10,6 +10,8 @@ same table.
   (``triton``) for the groups that have them, when Triton can run; else ``python``.
 * A group with ``COMPOSITE = True`` (``edge_dot_loss``) has no kernel of its own: its
   Python implementation, made of the other groups' ops, serves every device (``composite``).
+* A group with ``CPU_ONLY = True`` (``negative_sampling``) has a C++ kernel and no CUDA or
+  Triton one: CUDA tensors use its pure-PyTorch implementation (``python``).
 
 When nothing could be compiled, the op schemas are defined from Python (read from
 ``csrc/<group>.cpp``, see :func:`pyg_edgedot._build.schemas`), so the public API, autograd
@@ -49,7 +51,8 @@ def triton_unusable(config: Config) -> Optional[str]:
 
 
 def decide(build: _build.BuildResult, triton_error: Optional[str],
-           groups_with_triton: Dict[str, bool], composite: Sequence[str] = ()) -> Table:
+           groups_with_triton: Dict[str, bool], composite: Sequence[str] = (),
+           cpu_only: Sequence[str] = ()) -> Table:
     """``{(group, device): Backend}`` for every op group and device."""
     table: Table = {}
     for group, has_triton in groups_with_triton.items():
@@ -61,7 +64,9 @@ def decide(build: _build.BuildResult, triton_error: Optional[str],
             table[group, "cpu"] = Backend("cpp", None)
         else:
             table[group, "cpu"] = Backend("python", build.cpu_error)
-        if build.extension == "cuda":
+        if group in cpu_only:
+            table[group, "cuda"] = Backend("python", "this op group has no CUDA kernel")
+        elif build.extension == "cuda":
             table[group, "cuda"] = Backend("cuda", None)
         elif has_triton and triton_error is None:
             table[group, "cuda"] = Backend("triton", build.cuda_error)
@@ -137,7 +142,8 @@ def load() -> None:
     groups = _groups()
     table = decide(build, triton_error,
                    {g.NAME: hasattr(g, "triton_impls") for g in groups},
-                   [g.NAME for g in groups if getattr(g, "COMPOSITE", False)])
+                   [g.NAME for g in groups if getattr(g, "COMPOSITE", False)],
+                   [g.NAME for g in groups if getattr(g, "CPU_ONLY", False)])
     _register(table, build, groups)
     _LOADED = _Loaded(config, build, triton_error, table)
     _warn(build, table)

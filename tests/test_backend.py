@@ -69,6 +69,19 @@ def test_decide_without_a_build():
         assert table[group, "cuda"].impl == "python"
 
 
+def test_decide_cpu_only_group():
+    # A group with a C++ kernel and no CUDA one: its Python implementation serves CUDA
+    # tensors, whatever was built.
+    groups = dict(GROUPS_WITH_TRITON, negative_sampling=False)
+    for build in (_build.BuildResult("cuda", "/x.so"),
+                  _build.BuildResult("cpu", "/x.so", cuda_error="nvcc was not found")):
+        table = _backend.decide(build, None, groups, cpu_only=["negative_sampling"])
+        assert table["negative_sampling", "cpu"] == ("cpp", None)
+        assert table["negative_sampling", "cuda"] == ("python",
+                                                      "this op group has no CUDA kernel")
+        assert table["edge_dot", "cuda"].impl in ("cuda", "triton")
+
+
 def test_backends_reads_the_table():
     table = _backend.loaded().table
     assert pyg_edgedot.backends() == {"cpu": table["edge_dot", "cpu"].impl,

@@ -55,6 +55,27 @@ def quiet(fn, *args, **kwargs):
         return fn(*args, **kwargs)
 
 
+# NegativeSampler.sample's draw is the op negative_sample: the registered implementation (the
+# C++ kernel on the CPU when it was built) or the pure-PyTorch fallback, swapped in.
+BACKENDS = ["op", "fallback"]
+OP_IMPL = "cpp" if pyg_edgedot._backend.loaded().table["negative_sampling", "cpu"].impl == "cpp" \
+    else "python"
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request, monkeypatch):
+    if request.param == "fallback":
+        monkeypatch.setattr(ns_mod, "_negative_sample", ns_mod._negative_sample_fallback)
+    return request.param
+
+
+def with_first_round(monkeypatch, first_round):
+    """Makes sample()'s draw (whichever backend the fixture chose) take only `first_round`
+    i.i.d. ranks in its first round, so that the top-up rounds run."""
+    impl = ns_mod._negative_sample
+    monkeypatch.setattr(ns_mod, "_negative_sample", lambda *args: impl(*args, first_round))
+
+
 # ---------------------------------------------------------------------------------------
 # negative_sampling: guarantees on random graphs
 # ---------------------------------------------------------------------------------------
@@ -67,7 +88,7 @@ HOMO_CASES = [(50, 200, None), (50, 200, 1000), (30, 400, 300), (12, 40, 90), (2
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", INDEX_DTYPES, ids=dtype_id)
 @pytest.mark.parametrize("case", HOMO_CASES, ids=str)
-def test_homogeneous_guarantees(gen, device, dtype, case):
+def test_homogeneous_guarantees(gen, device, dtype, case, backend):
     num_nodes, num_edges, num = case
     edge_index = random_graph(gen, num_nodes, num_nodes, num_edges, dtype, device)
     free = len(complement(edge_index, num_nodes, num_nodes, loops_allowed=False))
@@ -82,7 +103,7 @@ def test_homogeneous_guarantees(gen, device, dtype, case):
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", INDEX_DTYPES, ids=dtype_id)
 @pytest.mark.parametrize("size", [(13, 9), (5, 40), (1, 7), (30, 30)], ids=str)
-def test_bipartite_guarantees(gen, device, dtype, size):
+def test_bipartite_guarantees(gen, device, dtype, size, backend):
     num_src, num_dst = size
     edge_index = random_graph(gen, num_src, num_dst, 2 * (num_src + num_dst), dtype, device)
     free = len(complement(edge_index, num_src, num_dst, loops_allowed=True))
@@ -97,7 +118,7 @@ def test_bipartite_guarantees(gen, device, dtype, size):
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("num", [10, 11, 200, 10_000])
-def test_force_undirected(gen, device, num):
+def test_force_undirected(gen, device, num, backend):
     num_nodes = 25
     edge_index = random_graph(gen, num_nodes, num_nodes, 120, torch.int64, device)
     neg = quiet(negative_sampling, edge_index, num_nodes, num, force_undirected=True)
@@ -119,7 +140,7 @@ def test_force_undirected_ignored_for_bipartite(gen):
     check_negatives(neg, edge_index, 6, 9, False, 10)
 
 
-def test_unsorted_duplicate_edges_and_self_loops(gen):
+def test_unsorted_duplicate_edges_and_self_loops(gen, backend):
     edge_index = random_graph(gen, 15, 15, 60)
     edge_index = torch.cat([edge_index, edge_index[:, :30], torch.arange(5).repeat(2, 1)], 1)
     edge_index = edge_index[:, torch.randperm(edge_index.size(1), generator=gen)]
@@ -131,7 +152,7 @@ def test_unsorted_duplicate_edges_and_self_loops(gen):
     check_negatives(neg, edge_index, 15, 15, True, edge_index.size(1))
 
 
-def test_not_sorted_output(gen):
+def test_not_sorted_output(gen, backend):
     edge_index = random_graph(gen, 500, 500, 2000)
     neg = negative_sampling(edge_index, 500, 2000)
     keys = neg[0] * 500 + neg[1]
@@ -162,7 +183,7 @@ def _pair_counts(samples, universe):
 
 
 @pytest.mark.parametrize("mode", ["dense_path", "sparse_path", "replace", "first_column"])
-def test_uniform_over_complement(mode):
+def test_uniform_over_complement(mode, backend):
     universe = complement(SMALL_EDGES, 6, 6, False)  # 22 pairs
     gen = make_gen(1234)
     sampler = NegativeSampler(SMALL_EDGES, 6)
@@ -174,8 +195,25 @@ def test_uniform_over_complement(mode):
     assert _chi2_uniform(_pair_counts(samples, universe)) > 1e-3
 
 
+@pytest.mark.parametrize("first_round", [0, 1, 3])
+@pytest.mark.parametrize("num", [3, 5])
+def test_uniform_with_short_first_round(monkeypatch, backend, first_round, num):
+    # the rare top-up rounds, forced by a first round of fewer i.i.d. ranks than needed
+    with_first_round(monkeypatch, first_round)
+    universe = complement(SMALL_EDGES, 6, 6, False)  # 22 pairs: num < 22 / 4, sparse
+    gen = make_gen(99 + first_round)
+    sampler = NegativeSampler(SMALL_EDGES, 6)
+    samples = [sampler.sample(num, generator=gen) for _ in range(1500)]
+    for s in samples[:50]:
+        check_negatives(s, SMALL_EDGES, 6, 6, True, num)
+    assert _chi2_uniform(_pair_counts(samples, universe)) > 1e-3
+    assert _chi2_uniform(_pair_counts([s[:, :1] for s in samples], universe)) > 1e-3
+
+
 def test_uniform_with_forced_top_up(monkeypatch):
-    # force the rare top-up loop: draw only half of the needed i.i.d. ranks each round
+    # the Python path's top-up loop, every round short: draw only half of the needed i.i.d.
+    # ranks each round
+    monkeypatch.setattr(ns_mod, "_negative_sample", ns_mod._negative_sample_fallback)
     monkeypatch.setattr(ns_mod, "_iid_draw_count",
                         lambda want, free: torch.where(want > 0, (want + 1) // 2, want * 0))
     universe = complement(SMALL_EDGES, 6, 6, False)
@@ -262,7 +300,7 @@ def test_large_node_count_no_quadratic_memory(gen):
 # Reproducibility, EdgeIndex, NegativeSampler
 # ---------------------------------------------------------------------------------------
 
-def test_same_seed_same_output(gen):
+def test_same_seed_same_output(gen, backend):
     edge_index = random_graph(gen, 100, 100, 400)
     a = negative_sampling(edge_index, 100, generator=make_gen(3))
     b = negative_sampling(edge_index, 100, generator=make_gen(3))
@@ -300,7 +338,7 @@ def test_edge_index_input(gen):
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", INDEX_DTYPES, ids=dtype_id)
-def test_sampler_reuse_and_replace(gen, device, dtype):
+def test_sampler_reuse_and_replace(gen, device, dtype, backend):
     edge_index = random_graph(gen, 40, 30, 300, dtype, device)
     sampler = NegativeSampler(edge_index, (40, 30))
     assert "num_nodes=(40, 30)" in repr(sampler)
@@ -326,6 +364,122 @@ def test_sample_per_source(gen, device, self_loops):
     for i, row in zip(src.tolist(), dst.tolist()):
         for j in row:
             assert (i, j) not in edges and 0 <= j < 20 and (self_loops or i != j)
+
+
+# ---------------------------------------------------------------------------------------
+# The op negative_sample: large draws (the kernel's parallel and bucketed paths), seeds,
+# threads, argument checks
+# ---------------------------------------------------------------------------------------
+
+def _keys_of(pairs, num_nodes):
+    return pairs[0].long() * num_nodes + pairs[1].long()
+
+
+@pytest.mark.parametrize("replace", [False, True])
+@pytest.mark.parametrize("case", [(2_000, 20_000, 150_000), (300, 2_000, 70_000),
+                                  (100, 500, 9_000)], ids=str)
+def test_large_draw_guarantees_and_order(gen, backend, case, replace):
+    # (N, E, k): sparse with > 2**16 keys (radix sort, bucketed shuffle, parallel parts),
+    # dense (the whole complement, then a bucketed shuffle), and a small in-cache one.
+    num_nodes, num_edges, num = case
+    edge_index = random_graph(gen, num_nodes, num_nodes, num_edges)
+    sampler = NegativeSampler(edge_index, num_nodes)
+    neg = sampler.sample(num, replace=replace, generator=make_gen(5))
+    assert neg.shape == (2, num) and neg.dtype == torch.int64
+    keys = _keys_of(neg, num_nodes)
+    edge_keys = torch.unique(_keys_of(edge_index, num_nodes))
+    pos = torch.searchsorted(edge_keys, keys).clamp(max=edge_keys.numel() - 1)
+    assert not bool((edge_keys[pos] == keys).any()), "a sampled pair is an edge"
+    assert not bool((neg[0] == neg[1]).any()), "a self-loop was sampled"
+    assert bool((neg >= 0).all() and (neg < num_nodes).all())
+    if not replace:
+        assert torch.unique(keys).numel() == num, "sampled pairs repeat"
+    # Random order: ascents ~ Binomial-like with mean (k - 1) / 2, and no rank correlation
+    # between position and key (sorted or block-sorted output would fail both).
+    ascents = int((keys[1:] > keys[:-1]).sum())
+    assert abs(ascents - (num - 1) / 2) < 6 * (num / 12) ** 0.5
+    ranks = torch.argsort(torch.argsort(keys)).double()
+    position = torch.arange(num, dtype=torch.float64)
+    corr = torch.corrcoef(torch.stack([ranks, position]))[0, 1]
+    assert abs(float(corr)) < 6 / num ** 0.5
+
+
+def test_large_draw_with_replacement_is_iid(backend):
+    # 2**17 draws of the 22 pairs (the bucketed shuffle of sorted draws): uniform counts, and
+    # consecutive draws independent (chi-square over the 22 x 22 transitions).
+    universe = sorted(complement(SMALL_EDGES, 6, 6, False))
+    sampler = NegativeSampler(SMALL_EDGES, 6)
+    neg = sampler.sample(1 << 17, replace=True, generator=make_gen(8))
+    index = {p: i for i, p in enumerate(universe)}
+    lookup = torch.full((36,), -1, dtype=torch.long)
+    lookup[torch.tensor([i * 6 + j for i, j in universe])] = torch.arange(len(universe))
+    cell = lookup[_keys_of(neg, 6)]
+    assert bool((cell >= 0).all()) and len(index) == 22
+    assert _chi2_uniform(torch.bincount(cell, minlength=22)) > 1e-3
+    transitions = torch.bincount(cell[:-1] * 22 + cell[1:], minlength=22 * 22)
+    assert _chi2_uniform(transitions) > 1e-3
+
+
+def _op_args(sampler, count, seed, replace, first_round=-1):
+    space = sampler._directed
+    return (space.adj, space.num_free, count, seed, replace, space.mode,
+            sampler.num_src_nodes, sampler.num_dst_nodes, sampler.index_dtype, first_round)
+
+
+@pytest.mark.parametrize("replace", [False, True])
+def test_op_same_seed_same_output_any_threads(gen, backend, replace):
+    edge_index = random_graph(gen, 3_000, 3_000, 30_000)
+    sampler = NegativeSampler(edge_index, 3_000)
+    draw = ns_mod._negative_sample
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = draw(*_op_args(sampler, 200_000, 42, replace))
+        torch.set_num_threads(2)
+        two = draw(*_op_args(sampler, 200_000, 42, replace))
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(one, two)
+    assert torch.equal(one, draw(*_op_args(sampler, 200_000, 42, replace)))
+    assert not torch.equal(one, draw(*_op_args(sampler, 200_000, 43, replace)))
+    # a top-up round changes the draw, not the guarantees
+    short = draw(*_op_args(sampler, 1_000, 42, replace, first_round=10))
+    assert short.shape == (2, 1_000)
+    if not replace:
+        assert torch.unique(_keys_of(short, 3_000)).numel() == 1_000
+
+
+def test_op_opcheck(gen):
+    edge_index = random_graph(gen, 50, 50, 300)
+    sampler = NegativeSampler(edge_index, 50)
+    for replace in (False, True):
+        torch.library.opcheck(torch.ops.pyg_edgedot.negative_sample.default,
+                              _op_args(sampler, 100, 7, replace))
+
+
+@pytest.mark.skipif(OP_IMPL != "cpp", reason="the C++ kernel was not built")
+@pytest.mark.parametrize("change, match", [
+    ({5: "both"}, "mode must be 'directed', 'no_loops' or 'undirected'"),
+    ({1: 10_000}, "num_ranks \\+ len\\(excluded_adj\\) must be the number of no_loops keys"),
+    ({0: torch.zeros(3, dtype=torch.int32)}, "excluded_adj must be a 1-D int64 tensor"),
+    ({8: torch.float32}, "dtype must be int32 or int64"),
+    ({2: -1}, "must be >= 0"),
+    ({2: 5_000}, "cannot draw 5000 distinct keys"),
+])
+def test_op_checks(gen, change, match):
+    sampler = NegativeSampler(random_graph(gen, 50, 50, 300), 50)
+    args = list(_op_args(sampler, 10, 1, False))
+    for where, value in change.items():
+        args[where] = value
+    with pytest.raises(RuntimeError, match=match):
+        torch.ops.pyg_edgedot.negative_sample(*args)
+
+
+def test_cpu_backend_is_the_kernel_when_built():
+    table = pyg_edgedot._backend.loaded().table
+    assert table["negative_sampling", "cuda"].impl == "python"
+    if pyg_edgedot._backend.loaded().build.extension is not None:
+        assert table["negative_sampling", "cpu"].impl == "cpp"
 
 
 # ---------------------------------------------------------------------------------------

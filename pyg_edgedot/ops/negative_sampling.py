@@ -2,7 +2,16 @@
 ``negative_sampling``, ``batched_negative_sampling``, ``structured_negative_sampling`` and
 ``structured_negative_sampling_feasible``, plus a reusable :class:`NegativeSampler`.
 
-Pure PyTorch; every tensor op runs on ``edge_index``'s device (CPU or CUDA).
+Everything runs on ``edge_index``'s device (CPU or CUDA). The draw of
+:meth:`NegativeSampler.sample` (one graph) is the op ``negative_sample`` (schema in
+``csrc/negative_sampling.cpp``; this module is its op group): on the CPU the fused C++ kernel
+(``csrc/cpu/negative_sampling_kernel.cpp``: radix sort, one merge, a cache-friendly
+shuffle), elsewhere, or without a compiled library, this module's pure-PyTorch path
+(:func:`_draw_keys`), registered as the op's fallback; :mod:`pyg_edgedot._backend` decides
+which. The op draws from one int64 seed taken from torch's generator (``generator=``, else
+the default CPU generator), so ``torch.manual_seed`` reproduces a draw on either path; the
+two paths give different draws for the same seed, from the same distribution. The batched
+and structured samplers are pure PyTorch.
 
 How it works (no rejection loop)
 --------------------------------
@@ -20,10 +29,11 @@ because exactly the ``e_i`` with ``e_i - i <= r`` lie below the answer. So sampl
 negatives is sampling ranks in ``[0, M)``: every rank is a non-edge, nothing is rejected,
 and the count is exact whenever ``M`` holds it. Cost: ``O(E log E)`` once to sort the
 excluded keys (kept by :class:`NegativeSampler`), then ``O(k log k + k log E)`` for ``k``
-draws; memory ``O(E + k)`` (never ``O(N^2)``; PyG's ``method="dense"`` asks 931 GiB at one
-million nodes).
+draws (the C++ kernel: linear passes, ``O(k + E)``); memory ``O(E + k)`` (never ``O(N^2)``;
+PyG's ``method="dense"`` asks 931 GiB at one million nodes).
 
-Distinct ranks, uniformly, in random order: see :func:`_draw_distinct`.
+Distinct ranks, uniformly, in random order: see :func:`_draw_distinct` (and the C++
+kernel's header for its own argument).
 """
 import math
 import operator
@@ -37,6 +47,9 @@ from .. import _checks
 
 __all__ = ["NegativeSampler", "negative_sampling", "batched_negative_sampling",
            "structured_negative_sampling", "structured_negative_sampling_feasible"]
+
+NAME = "negative_sampling"  # the op group: csrc/negative_sampling.cpp
+CPU_ONLY = True             # a C++ kernel, no CUDA one (see pyg_edgedot._backend)
 
 NumNodes = Union[int, Tuple[int, int]]
 
@@ -272,10 +285,12 @@ def _pick_per_block(block: Tensor, have: Tensor, want: Tensor, generator) -> Ten
     return perm[position < want[perm_block]]
 
 
-def _draw_distinct(start: Tensor, free: Tensor, want: Tensor, generator
-                   ) -> Tuple[Tensor, Tensor]:
+def _draw_distinct(start: Tensor, free: Tensor, want: Tensor, generator,
+                   first_round: int = -1) -> Tuple[Tensor, Tensor]:
     """Distinct complement ranks: per block b, a uniform want[b]-subset of
     [start[b], start[b] + free[b]) (want <= free), in uniform random order.
+    ``first_round`` >= 0: the i.i.d. draws of each sparse block's first round (tests pass
+    fewer than needed, to exercise the top-up); -1: :func:`_iid_draw_count`'s.
 
     Returns (ranks, pick): ``ranks`` sorted ascending (so the caller maps them to keys
     with cache-friendly sorted queries), ``ranks[pick]`` the result, blocks in order.
@@ -311,11 +326,15 @@ def _draw_distinct(start: Tensor, free: Tensor, want: Tensor, generator
         held_block = torch.empty(0, dtype=torch.long, device=device)
         have = torch.zeros_like(free)
         need = torch.where(sparse, want, torch.zeros_like(want))
+        first = True
         while True:
             # Free ranks of each block once `held` is removed: block b's start shifts
             # down by the held ranks of earlier blocks.
             free_now = free - have
             count = _iid_draw_count(need, torch.clamp(free_now, min=1))
+            if first and first_round >= 0:
+                count = torch.where(need > 0, torch.full_like(count, first_round), count * 0)
+            first = False
             held_before = _exclusive_cumsum(have)
             if free.numel() == 1:
                 # one graph: scalar bounds, no per-draw block bookkeeping (at 2M draws
@@ -361,6 +380,75 @@ def _draw_distinct(start: Tensor, free: Tensor, want: Tensor, generator
 
 
 # ---------------------------------------------------------------------------------------
+# The op negative_sample: one graph's draw (NegativeSampler.sample)
+# ---------------------------------------------------------------------------------------
+
+def _draw_keys(adj: Tensor, num_ranks: int, count: int, replace: bool, generator,
+               first_round: int = -1) -> Tensor:
+    """The pure-PyTorch draw of one graph: ``count`` keys of the ``num_ranks``-key
+    complement whose excluded keys have ``adj``, i.i.d. (``replace``) or distinct, in
+    uniform random order."""
+    device = adj.device
+    if count == 0:
+        return torch.empty(0, dtype=torch.long, device=device)
+    if replace:
+        ranks = torch.randint(0, num_ranks, (count,), generator=generator, device=device)
+        return _rank_to_key(adj, ranks, ranks_sorted=False)
+    start, free, want = torch.tensor([[0], [num_ranks], [count]], dtype=torch.long,
+                                     device=device)
+    ranks, pick = _draw_distinct(start, free, want, generator, first_round)
+    return _rank_to_key(adj, ranks, ranks_sorted=True)[pick]
+
+
+def _pairs(mode: str, keys: Tensor, n_src: int, n_dst: int, dtype: torch.dtype) -> Tensor:
+    """[2, k] pairs of the keys; undirected: [2, 2k], the pairs (i < j) then the mirrors."""
+    src, dst = _decode(mode, keys, n_src, n_dst)
+    if mode == _UNDIRECTED:
+        src, dst = torch.cat([src, dst]), torch.cat([dst, src])
+    return torch.stack([src, dst]).to(dtype)
+
+
+def _negative_sample_fallback(excluded_adj: Tensor, num_ranks: int, count: int, seed: int,
+                              replace: bool, mode: str, num_src_nodes: int,
+                              num_dst_nodes: int, dtype: torch.dtype,
+                              first_round: int = -1) -> Tensor:
+    """``negative_sample`` in pure PyTorch (any device): the draw from a torch generator
+    seeded with ``seed``."""
+    generator = torch.Generator(device=excluded_adj.device)
+    generator.manual_seed(seed)
+    keys = _draw_keys(excluded_adj, num_ranks, count, replace, generator, first_round)
+    return _pairs(mode, keys, num_src_nodes, num_dst_nodes, dtype)
+
+
+def _negative_sample(*args) -> Tensor:
+    """The registered op: the C++ kernel or the fallback, as the backend table says (the
+    tests swap in the fallback here to run both)."""
+    return torch.ops.pyg_edgedot.negative_sample(*args)
+
+
+def _draw_seed(generator: Optional[torch.Generator]) -> int:
+    """One int64 for the op's counter-based generator: from ``generator`` (on its device),
+    else from torch's default CPU generator (no device sync; ``torch.manual_seed`` sets
+    it)."""
+    device = generator.device if generator is not None else torch.device("cpu")
+    return int(torch.randint(0, 2 ** 63 - 1, (), dtype=torch.int64, generator=generator,
+                             device=device))
+
+
+def fallback_impls() -> dict:
+    return {"negative_sample": _negative_sample_fallback}
+
+
+def register_fake_and_autograd() -> None:
+    # Integer output: no autograd.
+    @torch.library.register_fake("pyg_edgedot::negative_sample")
+    def _negative_sample_fake(excluded_adj, num_ranks, count, seed, replace, mode,
+                              num_src_nodes, num_dst_nodes, dtype, first_round=-1):
+        columns = 2 * count if mode == _UNDIRECTED else count
+        return excluded_adj.new_empty((2, columns), dtype=dtype)
+
+
+# ---------------------------------------------------------------------------------------
 # One key space over a graph (or a batch of graphs laid out block after block)
 # ---------------------------------------------------------------------------------------
 
@@ -388,6 +476,7 @@ class _KeySpace:
             - excluded_before
         self.free = num_keys - excluded_in                       # [B] complement sizes
         self.rank_start = block_key_start - excluded_before      # [B] first rank
+        self.num_free = int(self.free.sum())                     # read once, not per draw
 
     def decode(self, keys: Tensor, block: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
         if block is None:
@@ -453,7 +542,7 @@ class NegativeSampler:
     @property
     def num_negatives(self) -> int:
         """Size of the complement (the number of distinct directed negatives)."""
-        return int(self._directed.free[0])
+        return self._directed.num_free
 
     def __repr__(self) -> str:
         size = ((self.num_src_nodes, self.num_dst_nodes) if self.bipartite
@@ -477,8 +566,9 @@ class NegativeSampler:
                 neither ``(i, j)`` nor ``(j, i)`` an edge, and return both directions:
                 columns ``[:k]`` are ``(i, j)`` with ``i < j`` and ``[k:]`` their mirror
                 ``(j, i)``, ``2 * (num_samples // 2)`` columns in all.
-            generator (torch.Generator, optional): on ``edge_index``'s device type; by
-                default torch's global RNG (so ``torch.manual_seed`` reproduces a draw).
+            generator (torch.Generator, optional): on ``edge_index``'s device type; one
+                int64 seed is drawn from it, by default from torch's default CPU generator
+                (so ``torch.manual_seed`` reproduces a draw).
 
         Returns:
             Tensor: ``[2, k]`` in ``edge_index``'s index dtype and device. Without
@@ -498,28 +588,16 @@ class NegativeSampler:
             space = self._undirected
         else:
             space = self._directed
-        free = int(space.free[0])
-        if replace:
-            if count > 0 and free == 0:
-                _warn_short(name, count, 0, "pairs", 4)
-                count = 0
-            if count == 0:
-                keys = torch.empty(0, dtype=torch.long, device=self.device)
-            else:
-                ranks = torch.randint(0, free, (count,), generator=generator,
-                                      device=self.device)
-                keys = _rank_to_key(space.adj, ranks, ranks_sorted=False)
-        else:
-            if count > free:
-                _warn_short(name, count, free, "pairs", 4)
-                count = free
-            want = torch.tensor([count], dtype=torch.long, device=self.device)
-            ranks, pick = _draw_distinct(space.rank_start, space.free, want, generator)
-            keys = _rank_to_key(space.adj, ranks, ranks_sorted=True)[pick]
-        src, dst = space.decode(keys, None)
-        if undirected:
-            src, dst = torch.cat([src, dst]), torch.cat([dst, src])
-        out = torch.stack([src, dst]).to(self.index_dtype)
+        free = space.num_free
+        if replace and count > 0 and free == 0:
+            _warn_short(name, count, 0, "pairs", 4)
+            count = 0
+        elif not replace and count > free:
+            _warn_short(name, count, free, "pairs", 4)
+            count = free
+        out = _negative_sample(space.adj, free, count, _draw_seed(generator), replace,
+                               space.mode, self.num_src_nodes, self.num_dst_nodes,
+                               self.index_dtype)
         # In range by construction: scoring these pairs needs no validation read.
         _checks.VALIDATED.add([(out, (self.num_src_nodes, self.num_dst_nodes))])
         return out

@@ -1,0 +1,25 @@
+// Exact negative sampling over one graph (NegativeSampler.sample): the schema. The CPU kernel
+// is in csrc/cpu/negative_sampling_kernel.cpp; there is no CUDA kernel: CUDA tensors (and the
+// CPU without a compiled library) run the pure-PyTorch implementation registered from
+// pyg_edgedot/ops/negative_sampling.py, which draws from the same distribution with a torch
+// generator seeded with `seed`, so its draws differ from the kernel's.
+#include <torch/library.h>
+
+TORCH_LIBRARY_FRAGMENT(pyg_edgedot, m) {
+  // The complement of a graph's excluded keys holds num_ranks = M keys; its rank r is the key
+  // r + #{i : excluded_adj[i] <= r}, where excluded_adj [A] int64 is adj_i = e_i - i of the
+  // sorted unique excluded keys e_i (non-decreasing; num_ranks + A must be the key space's
+  // size). mode: "directed" (key = src * N_dst + dst), "no_loops" (src * (N_dst - 1) + dst,
+  // dst skipping src) or "undirected" (the index of (i < j) in the strict upper triangle of
+  // N_src nodes).
+  // replace=False: `count` distinct keys (count <= M), a uniform count-subset of the
+  // complement in uniform random order; replace=True: `count` i.i.d. uniform keys.
+  // Returns [2, count] pairs (src; dst) in `dtype` (int32 or int64); "undirected" returns
+  // [2, 2 * count]: the pairs (i < j), then their mirrors (j, i).
+  // The draws are a pure function of `seed` (a counter-based generator; see the kernel).
+  // first_round: how many i.i.d. ranks the first round of a sparse replace=False draw takes
+  // (-1: enough that a second round is rare; tests pass fewer to exercise the top-up rounds).
+  m.def("negative_sample(Tensor excluded_adj, int num_ranks, int count, int seed, "
+        "bool replace, str mode, int num_src_nodes, int num_dst_nodes, ScalarType dtype, "
+        "int first_round=-1) -> Tensor");
+}
