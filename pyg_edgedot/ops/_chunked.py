@@ -116,3 +116,16 @@ def candidate_scores(x_src: Tensor, x_dst: Tensor, src_index: Tensor,
         score = (x_src[src].to(acc).unsqueeze(1) * x_dst[cand].to(acc)).sum(-1)
         score = score.masked_fill(~ok, float("nan"))
     return score, ~src_ok | ~cand_ok.all(dim=1)
+
+
+def zero_out_of_range(score: Tensor, *bounds: Tuple[Tensor, int]) -> Tensor:
+    """``score`` where every ``(index, num_rows)`` of ``bounds`` is in range, else 0.
+
+    The derivative of a gradient op with respect to its ``grad_out`` is a forward op's score,
+    and the forward op scores a pair out of range NaN; but that pair contributed nothing to
+    the gradient op, so its derivative is 0. Testing the indices (rather than ``isnan``)
+    keeps a NaN that comes from the data."""
+    ok = in_range(*bounds[0])
+    for index, num_rows in bounds[1:]:
+        ok = ok & in_range(index, num_rows)
+    return torch.where(ok, score, score.new_zeros(()))

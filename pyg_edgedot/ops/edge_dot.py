@@ -5,13 +5,14 @@ Schemas in ``csrc/edge_dot.cpp``; kernels in ``csrc/cpu/edge_dot_kernel.cpp``,
 module holds the public function, the fake kernels, the autograd and the pure-PyTorch
 fallback.
 """
-from typing import Optional, Tuple
+from typing import Optional
 
 import torch
 from torch import Tensor
 
 from .. import _checks
 from . import _chunked
+from .edge_dot_rel import edge_dot_rel
 
 NAME = "edge_dot"
 
@@ -74,7 +75,6 @@ def edge_dot(x_src: Tensor, x_dst: Tensor, edge_index: Tensor, rel: Optional[Ten
     _checks.check_features(x_src, x_dst, NAME)
     edge_index = _checks.check_edge_index(x_src, edge_index, NAME)
     if rel is not None or edge_type is not None:
-        from .edge_dot_rel import edge_dot_rel
         return edge_dot_rel(x_src, x_dst, edge_index, rel, edge_type, validate)
     src_index, dst_index = edge_index[0], edge_index[1]
     out, first_bad = torch.ops.pyg_edgedot.edge_dot(x_src, x_dst, src_index, dst_index)
@@ -113,19 +113,6 @@ def _fallback_grad(grad_out, x_gather, scatter_index, gather_index, num_rows):
     """out[scatter_index[e], :] += grad_out[e] * x_gather[gather_index[e], :], in chunks."""
     num_rows = _check_grad_args(grad_out, x_gather, scatter_index, gather_index, num_rows)
     return _chunked.scatter(grad_out, x_gather, scatter_index, gather_index, num_rows)
-
-
-def zero_out_of_range(score: Tensor, *bounds: Tuple[Tensor, int]) -> Tensor:
-    """``score`` where every ``(index, num_rows)`` of ``bounds`` is in range, else 0.
-
-    The derivative of a gradient op with respect to its ``grad_out`` is a forward op's score,
-    and the forward op scores a pair out of range NaN; but that pair contributed nothing to
-    the gradient op, so its derivative is 0. Testing the indices (rather than ``isnan``)
-    keeps a NaN that comes from the data."""
-    ok = _chunked.in_range(*bounds[0])
-    for index, num_rows in bounds[1:]:
-        ok = ok & _chunked.in_range(index, num_rows)
-    return torch.where(ok, score, score.new_zeros(()))
 
 
 def fallback_impls() -> dict:
@@ -197,8 +184,8 @@ def register_fake_and_autograd() -> None:
         if ctx.needs_input_grad[0]:
             score, _ = torch.ops.pyg_edgedot.edge_dot(grad_rows, x_gather, scatter_index,
                                                       gather_index)
-            grad_grad_out = zero_out_of_range(score, (scatter_index, grad_rows.shape[0]),
-                                              (gather_index, x_gather.shape[0]))
+            grad_grad_out = _chunked.zero_out_of_range(
+                score, (scatter_index, grad_rows.shape[0]), (gather_index, x_gather.shape[0]))
         if ctx.needs_input_grad[1]:
             grad_x_gather = torch.ops.pyg_edgedot.edge_dot_grad(
                 grad_out, grad_rows, gather_index, scatter_index, x_gather.shape[0])

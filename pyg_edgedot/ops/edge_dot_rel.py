@@ -12,7 +12,6 @@ from torch import Tensor
 
 from .. import _checks
 from . import _chunked
-from .edge_dot import zero_out_of_range
 
 NAME = "edge_dot_rel"
 
@@ -116,8 +115,9 @@ def register_fake_and_autograd() -> None:
         if ctx.needs_input_grad[0]:
             score, _ = torch.ops.pyg_edgedot.edge_dot_rel(grad_rows, x_b, x_a, scatter_index,
                                                           b_index, a_index)
-            grads[0] = zero_out_of_range(score, (scatter_index, grad_rows.shape[0]),
-                                         (a_index, x_a.shape[0]), (b_index, x_b.shape[0]))
+            grads[0] = _chunked.zero_out_of_range(
+                score, (scatter_index, grad_rows.shape[0]), (a_index, x_a.shape[0]),
+                (b_index, x_b.shape[0]))
         factors = ((x_a, a_index), (x_b, b_index))
         for i, (x, index) in enumerate(factors):
             if ctx.needs_input_grad[1 + i]:
