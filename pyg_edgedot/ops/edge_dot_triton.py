@@ -2,9 +2,9 @@
 
 Same semantics as the fallback (:mod:`pyg_edgedot.ops._chunked`) and the CUDA kernels:
 float32, float64, float16 and bfloat16 features accumulated in float32 (float64 for float64),
-int32 or int64 indices with any stride, any row stride of the features, 64-bit offsets throughout. An
-index out of range is never read: its edge scores NaN, contributes no gradient, and the
-smallest such edge is reported in ``first_bad`` (-1 if none).
+int32 or int64 indices with any stride, any row stride of the features, 64-bit offsets
+throughout. An index out of range is never read: its edge scores NaN, contributes no gradient,
+and the smallest such edge is reported in ``first_bad`` (-1 if none).
 
 Forward: one program scores ``BLOCK_E`` consecutive edges. It loads the two index vectors,
 gathers ``[BLOCK_E, BLOCK_D]`` tiles of both row sets (16-byte loads where the row stride
