@@ -5,13 +5,16 @@ configuration and whether Triton can run. :func:`load` calls it once per process
 registers what it says; :func:`backends`, ``python -m pyg_edgedot`` and the tests read the
 same table.
 
-* CPU: the fused C++ kernel (``cpp``), else the pure-PyTorch fallback (``python``).
-* CUDA: the fused CUDA kernel (``cuda``) when it was built; else the Triton kernels
-  (``triton``) for the groups that have them, when Triton can run; else ``python``.
-* A group with ``COMPOSITE = True`` (``edge_dot_loss``) has no kernel of its own: its
-  Python implementation, made of the other groups' ops, serves every device (``composite``).
-* A group with ``CPU_ONLY = True`` (``negative_sampling``) has a C++ kernel and no CUDA or
-  Triton one: CUDA tensors use its pure-PyTorch implementation (``python``).
+Each op group (a module of :mod:`pyg_edgedot.ops`) describes itself once, read by
+:func:`describe`: ``KERNELS``, the devices its compiled kernels in ``csrc/`` serve (both by
+default); ``triton_impls``, present when it has Triton kernels; ``FALLBACK``, what serves a
+device without a kernel: ``"python"`` (its pure-PyTorch kernels, the default) or
+``"composite"`` (its implementation made of the other groups' ops, so each device still runs
+their fused kernels).
+
+* CPU: the group's C++ kernel (``cpp``) when the library was built, else its fallback.
+* CUDA: its CUDA kernel (``cuda``) when the CUDA library was built; else its Triton kernels
+  (``triton``) when it has them and Triton can run; else its fallback.
 
 When nothing could be compiled, the op schemas are defined from Python (read from
 ``csrc/<group>.cpp``, see :func:`pyg_edgedot._build.schemas`), so the public API, autograd
@@ -19,7 +22,7 @@ and ``torch.compile`` behave the same way; one warning says why and how to fix i
 """
 import os
 import warnings
-from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Dict, FrozenSet, List, NamedTuple, Optional, Sequence, Tuple
 
 import torch
 
@@ -50,32 +53,43 @@ def triton_unusable(config: Config) -> Optional[str]:
     return edge_dot_triton.unavailable()
 
 
+class Group(NamedTuple):
+    """What an op group brings: see the module's docstring."""
+    kernels: FrozenSet[str] = frozenset(DEVICES)
+    triton: bool = False
+    fallback: str = "python"
+
+
+def describe(module) -> Group:
+    """The :class:`Group` an op group's module declares."""
+    return Group(frozenset(getattr(module, "KERNELS", DEVICES)), hasattr(module, "triton_impls"),
+                 getattr(module, "FALLBACK", "python"))
+
+
 def decide(build: _build.BuildResult, triton_error: Optional[str],
-           groups_with_triton: Dict[str, bool], composite: Sequence[str] = (),
-           cpu_only: Sequence[str] = ()) -> Table:
+           groups: Dict[str, Group]) -> Table:
     """``{(group, device): Backend}`` for every op group and device."""
     table: Table = {}
-    for group, has_triton in groups_with_triton.items():
-        if group in composite:
-            for device in DEVICES:
-                table[group, device] = Backend("composite", None)
-            continue
-        if build.extension is not None:
-            table[group, "cpu"] = Backend("cpp", None)
+    for name, group in groups.items():
+        if "cpu" not in group.kernels:
+            table[name, "cpu"] = Backend(group.fallback, "this op group has no CPU kernel")
+        elif build.extension is not None:
+            table[name, "cpu"] = Backend("cpp", None)
         else:
-            table[group, "cpu"] = Backend("python", build.cpu_error)
-        if group in cpu_only:
-            table[group, "cuda"] = Backend("python", "this op group has no CUDA kernel")
-        elif build.extension == "cuda":
-            table[group, "cuda"] = Backend("cuda", None)
-        elif has_triton and triton_error is None:
-            table[group, "cuda"] = Backend("triton", build.cuda_error)
-        elif has_triton:
-            table[group, "cuda"] = Backend(
-                "python", f"{build.cuda_error}, and the Triton path is unusable ({triton_error})")
+            table[name, "cpu"] = Backend(group.fallback, build.cpu_error)
+        if "cuda" in group.kernels and build.extension == "cuda":
+            table[name, "cuda"] = Backend("cuda", None)
+        elif "cuda" not in group.kernels and not group.triton:
+            table[name, "cuda"] = Backend(group.fallback, "this op group has no CUDA kernel")
+        elif group.triton and triton_error is None:
+            table[name, "cuda"] = Backend("triton", build.cuda_error)
+        elif group.triton:
+            table[name, "cuda"] = Backend(
+                group.fallback,
+                f"{build.cuda_error}, and the Triton path is unusable ({triton_error})")
         else:
-            table[group, "cuda"] = Backend("python", f"{build.cuda_error}; this op group has "
-                                                     "no Triton kernels")
+            table[name, "cuda"] = Backend(group.fallback, f"{build.cuda_error}; this op group "
+                                                          "has no Triton kernels")
     return table
 
 
@@ -140,10 +154,7 @@ def load() -> None:
     build = _build.build(config)
     triton_error = None if build.extension == "cuda" else triton_unusable(config)
     groups = _groups()
-    table = decide(build, triton_error,
-                   {g.NAME: hasattr(g, "triton_impls") for g in groups},
-                   [g.NAME for g in groups if getattr(g, "COMPOSITE", False)],
-                   [g.NAME for g in groups if getattr(g, "CPU_ONLY", False)])
+    table = decide(build, triton_error, {g.NAME: describe(g) for g in groups})
     _register(table, build, groups)
     _LOADED = _Loaded(config, build, triton_error, table)
     _warn(build, table)

@@ -16,7 +16,7 @@ same unchanged tensor and row counts at least as large skips the read.
 import numbers
 import weakref
 from collections import OrderedDict
-from typing import Iterable, List, Optional, Sequence, Tuple
+from typing import Callable, Iterable, List, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor
@@ -284,12 +284,13 @@ VALIDATED = _Validated()
 
 def raise_if_out_of_range(op: str, validate: bool, first_bad: Tensor,
                           keys: Sequence[Tuple[Tensor, Tuple[int, ...]]],
-                          bounds: List[Bound], unit: str) -> None:
+                          bounds: Callable[[], List[Bound]], unit: str) -> None:
     """Raises ``IndexError`` if ``first_bad`` (a kernel's ``[1]`` report) holds a position.
 
     ``keys``: the user's index tensors with the row counts they index, remembered once found
-    in range. Never reads inside a compiled graph, on meta tensors or while a CUDA graph is
-    captured; on CUDA, skips the read (a synchronization) when every key is remembered.
+    in range. ``bounds``: builds the message's arguments, called only to raise. Never reads
+    inside a compiled graph, on meta tensors or while a CUDA graph is captured; on CUDA,
+    skips the read (a synchronization) when every key is remembered.
     """
     if not validate or torch.compiler.is_compiling() or first_bad.device.type == "meta":
         return
@@ -301,7 +302,18 @@ def raise_if_out_of_range(op: str, validate: bool, first_bad: Tensor,
         if on_cuda:
             VALIDATED.add(keys)
         return
-    raise IndexError(out_of_range_message(op, position, bounds, unit))
+    raise IndexError(out_of_range_message(op, position, bounds(), unit))
+
+
+def raise_if_edge_out_of_range(op: str, validate: bool, first_bad: Tensor, edge_index: Tensor,
+                               x_src: Tensor, x_dst: Tensor) -> None:
+    """:func:`raise_if_out_of_range` for a ``[2, E]`` ``edge_index`` whose rows index
+    ``x_src`` and ``x_dst`` (``first_bad`` an edge)."""
+    num_src, num_dst = x_src.size(0), x_dst.size(0)
+    raise_if_out_of_range(
+        op, validate, first_bad, [(edge_index, (num_src, num_dst))],
+        lambda: [Bound("edge_index[0]", edge_index[0], "x_src", num_src),
+                 Bound("edge_index[1]", edge_index[1], "x_dst", num_dst)], "edge")
 
 
 # ---------------------------------------------------------------------------------------
@@ -345,6 +357,11 @@ def check_seed(op: str, seed, device: torch.device) -> Tensor:
     return torch.tensor(seed, dtype=torch.int64)
 
 
+def node_pair(num_nodes) -> tuple:
+    """``num_nodes`` as PyG gives it, an int or a ``(N_src, N_dst)`` pair, as a tuple."""
+    return tuple(num_nodes) if isinstance(num_nodes, (tuple, list)) else (num_nodes,) * 2
+
+
 def check_loss_nodes(op: str, x_src: Tensor, x_dst: Tensor, num_nodes,
                      sampler) -> Tuple[int, int]:
     """The candidate node counts ``(N_src, N_dst)``: the sampler's (which must match the
@@ -359,8 +376,7 @@ def check_loss_nodes(op: str, x_src: Tensor, x_dst: Tensor, num_nodes,
         if nodes != rows:
             raise ValueError(f"{op}: sampler was built for (N_src, N_dst) = {nodes} nodes "
                              f"but x_src and x_dst have {rows} rows")
-        if num_nodes is not None and tuple(num_nodes if isinstance(num_nodes, (tuple, list))
-                                           else (num_nodes, num_nodes)) != nodes:
+        if num_nodes is not None and node_pair(num_nodes) != nodes:
             raise ValueError(f"{op}: num_nodes={num_nodes} disagrees with the sampler's "
                              f"{nodes}; leave num_nodes=None with a sampler")
         if sampler.device != x_src.device:
@@ -369,7 +385,7 @@ def check_loss_nodes(op: str, x_src: Tensor, x_dst: Tensor, num_nodes,
         return nodes
     if num_nodes is None:
         return rows
-    pair = tuple(num_nodes) if isinstance(num_nodes, (tuple, list)) else (num_nodes,) * 2
+    pair = node_pair(num_nodes)
     if len(pair) != 2 or any(isinstance(n, bool) or not isinstance(n, int) for n in pair):
         raise TypeError(f"{op}: num_nodes must be an int or a pair of ints (got {num_nodes!r})")
     if any(n < 1 or n > r for n, r in zip(pair, rows)):
@@ -413,13 +429,3 @@ def check_loss_op_args(op: str, x_src: Tensor, x_dst: Tensor, seed: Tensor,
         raise ValueError(f"{op}: no candidate pair is left to draw negatives from "
                          f"({num_keys} pairs, {excluded_adj.numel()} of them excluded)")
 
-
-def raise_if_edge_out_of_range(op: str, validate: bool, first_bad: Tensor, edge_index: Tensor,
-                               x_src: Tensor, x_dst: Tensor) -> None:
-    """:func:`raise_if_out_of_range` for a ``[2, E]`` ``edge_index`` whose rows index
-    ``x_src`` and ``x_dst`` (``first_bad`` an edge)."""
-    num_src, num_dst = x_src.size(0), x_dst.size(0)
-    raise_if_out_of_range(
-        op, validate, first_bad, [(edge_index, (num_src, num_dst))],
-        [Bound("edge_index[0]", edge_index[0], "x_src", num_src),
-         Bound("edge_index[1]", edge_index[1], "x_dst", num_dst)], "edge")

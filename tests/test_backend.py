@@ -38,7 +38,8 @@ def test_config_reads_each_switch():
     assert not Config.from_env({"PYG_EDGEDOT_TRITON": "0"}).use_triton
 
 
-GROUPS_WITH_TRITON = {"edge_dot": True, "edge_dot_rel": False, "candidates": False}
+GROUPS_WITH_TRITON = {"edge_dot": _backend.Group(triton=True), "edge_dot_rel": _backend.Group(),
+                      "candidates": _backend.Group()}
 
 
 def test_decide_with_the_cuda_extension():
@@ -72,14 +73,35 @@ def test_decide_without_a_build():
 def test_decide_cpu_only_group():
     # A group with a C++ kernel and no CUDA one: its Python implementation serves CUDA
     # tensors, whatever was built.
-    groups = dict(GROUPS_WITH_TRITON, negative_sampling=False)
+    groups = dict(GROUPS_WITH_TRITON, negative_sampling=_backend.Group(frozenset({"cpu"})))
     for build in (_build.BuildResult("cuda", "/x.so"),
                   _build.BuildResult("cpu", "/x.so", cuda_error="nvcc was not found")):
-        table = _backend.decide(build, None, groups, cpu_only=["negative_sampling"])
+        table = _backend.decide(build, None, groups)
         assert table["negative_sampling", "cpu"] == ("cpp", None)
         assert table["negative_sampling", "cuda"] == ("python",
                                                       "this op group has no CUDA kernel")
         assert table["edge_dot", "cuda"].impl in ("cuda", "triton")
+
+
+def test_decide_composite_group():
+    # A group without kernels: its implementation over the other groups' ops serves both
+    # devices, whatever was built; with kernels, they serve and the composite is the fallback.
+    groups = dict(GROUPS_WITH_TRITON, loss=_backend.Group(frozenset(), fallback="composite"),
+                  loss_kernels=_backend.Group(fallback="composite"))
+    built = _build.BuildResult("cuda", "/x.so")
+    nothing = _build.BuildResult(cuda_error="no compiler", cpu_error="no compiler")
+    for build in (built, nothing):
+        table = _backend.decide(build, None, groups)
+        assert {table["loss", device].impl for device in _backend.DEVICES} == {"composite"}
+    assert _backend.decide(built, None, groups)["loss_kernels", "cuda"] == ("cuda", None)
+    assert _backend.decide(nothing, None, groups)["loss_kernels", "cpu"] == ("composite",
+                                                                             "no compiler")
+
+
+def test_describe_reads_each_group():
+    from pyg_edgedot.ops import edge_dot, edge_dot_loss
+    assert _backend.describe(edge_dot) == _backend.Group(triton=True)
+    assert _backend.describe(edge_dot_loss).fallback == "composite"
 
 
 def test_backends_reads_the_table():

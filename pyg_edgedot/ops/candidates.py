@@ -77,8 +77,8 @@ def score_candidates(x_src: Tensor, x_dst: Tensor, src_index: Tensor, cand_index
     num_src, num_dst = x_src.size(0), x_dst.size(0)
     _checks.raise_if_out_of_range(
         op, validate, first_bad, [(src_index, (num_src,)), (cand_index, (num_dst,))],
-        [_checks.Bound("src_index", src_index, "x_src", num_src),
-         _checks.Bound("cand_index", cand_index, "x_dst", num_dst)], "position")
+        lambda: [_checks.Bound("src_index", src_index, "x_src", num_src),
+                 _checks.Bound("cand_index", cand_index, "x_dst", num_dst)], "position")
     return out
 
 
@@ -140,9 +140,9 @@ def rank_candidates(x_src: Tensor, x_dst: Tensor, src_index: Tensor, pos_index: 
     _checks.raise_if_out_of_range(
         op, validate, first_bad,
         [(src_index, (num_src,)), (pos_index, (num_dst,)), (neg_index, (num_dst,))],
-        [_checks.Bound("src_index", src_index, "x_src", num_src),
-         _checks.Bound("pos_index", pos_index, "x_dst", num_dst),
-         _checks.Bound("neg_index", neg_index, "x_dst", num_dst)], "position")
+        lambda: [_checks.Bound("src_index", src_index, "x_src", num_src),
+                 _checks.Bound("pos_index", pos_index, "x_dst", num_dst),
+                 _checks.Bound("neg_index", neg_index, "x_dst", num_dst)], "position")
     return rank
 
 

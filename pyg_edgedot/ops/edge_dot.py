@@ -78,11 +78,7 @@ def edge_dot(x_src: Tensor, x_dst: Tensor, edge_index: Tensor, rel: Optional[Ten
         return edge_dot_rel(x_src, x_dst, edge_index, rel, edge_type, validate)
     src_index, dst_index = edge_index[0], edge_index[1]
     out, first_bad = torch.ops.pyg_edgedot.edge_dot(x_src, x_dst, src_index, dst_index)
-    num_src, num_dst = x_src.size(0), x_dst.size(0)
-    _checks.raise_if_out_of_range(
-        NAME, validate, first_bad, [(edge_index, (num_src, num_dst))],
-        [_checks.Bound("edge_index[0]", src_index, "x_src", num_src),
-         _checks.Bound("edge_index[1]", dst_index, "x_dst", num_dst)], "edge")
+    _checks.raise_if_edge_out_of_range(NAME, validate, first_bad, edge_index, x_src, x_dst)
     return out
 
 

@@ -2,7 +2,8 @@ r"""``edge_dot_loss``: the link-prediction loss over positives and sampled negat
 
 Schemas in ``csrc/edge_dot_loss.cpp``. There is no kernel of its own yet: both ops are
 implemented here on top of ``edge_dot`` and ``edge_dot_grad`` (so each device runs its fused
-kernels) and registered for CPU and CUDA (``COMPOSITE``, see :mod:`pyg_edgedot._backend`).
+kernels) and registered for CPU and CUDA (``FALLBACK = "composite"``, see
+:mod:`pyg_edgedot._backend`).
 This module holds the public function, the negative generator, the fake kernels and the
 autograd.
 
@@ -46,7 +47,8 @@ from . import _chunked
 from .negative_sampling import _DIRECTED, _NO_LOOPS, NegativeSampler, _decode, _rank_to_key
 
 NAME = "edge_dot_loss"
-COMPOSITE = True   # implemented in Python over edge_dot's ops, on every device
+KERNELS = ()          # no kernel of its own (see pyg_edgedot._backend)
+FALLBACK = "composite"  # implemented in Python over edge_dot's ops, on every device
 
 NumNodes = Union[int, Tuple[int, int]]
 
@@ -281,7 +283,7 @@ def loss_negatives(edge_index: Tensor, seed: Union[int, Tensor], num_negatives: 
     elif num_nodes is None:
         raise ValueError(f"{op}: num_nodes is required without a sampler")
     else:
-        nodes = tuple(num_nodes) if isinstance(num_nodes, (tuple, list)) else (num_nodes,) * 2
+        nodes = _checks.node_pair(num_nodes)
     space = _space_of(op, edge_index.device, nodes, edge_index[0], seed, num_negatives,
                       negatives, sampler, True)
     neg_src, neg_dst = negatives_of(space, edge_index[0], 0)
@@ -330,7 +332,7 @@ def _chunks(space: _Space, x_src: Tensor, x_dst: Tensor, src_index: Tensor,
         neg_src, neg_dst = negatives_of(space, src, start)
         src_pairs = torch.cat([src.unsqueeze(1), neg_src.to(src.dtype)], 1).view(-1)
         dst_pairs = torch.cat([dst.unsqueeze(1), neg_dst.to(dst.dtype)], 1).view(-1)
-        valid = (src >= 0) & (src < x_src.size(0)) & (dst >= 0) & (dst < x_dst.size(0))
+        valid = _chunked.in_range(src, x_src.size(0)) & _chunked.in_range(dst, x_dst.size(0))
         yield start, start + src.numel(), src_pairs, dst_pairs, valid
 
 

@@ -36,9 +36,9 @@ def edge_dot_rel(x_src: Tensor, x_dst: Tensor, edge_index: Tensor, rel: Optional
         keys.append((edge_type, (num_rel,)))
     _checks.raise_if_out_of_range(
         op, validate, first_bad, keys,
-        [_checks.Bound("edge_index[0]", src_index, "x_src", num_src),
-         _checks.Bound("edge_index[1]", dst_index, "x_dst", num_dst),
-         _checks.Bound("edge_type", rel_index, "rel", num_rel)], "edge")
+        lambda: [_checks.Bound("edge_index[0]", src_index, "x_src", num_src),
+                 _checks.Bound("edge_index[1]", dst_index, "x_dst", num_dst),
+                 _checks.Bound("edge_type", rel_index, "rel", num_rel)], "edge")
     return out
 
 

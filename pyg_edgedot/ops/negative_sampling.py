@@ -49,7 +49,7 @@ __all__ = ["NegativeSampler", "negative_sampling", "batched_negative_sampling",
            "structured_negative_sampling", "structured_negative_sampling_feasible"]
 
 NAME = "negative_sampling"  # the op group: csrc/negative_sampling.cpp
-CPU_ONLY = True             # a C++ kernel, no CUDA one (see pyg_edgedot._backend)
+KERNELS = ("cpu",)         # a C++ kernel, no CUDA one (see pyg_edgedot._backend)
 
 NumNodes = Union[int, Tuple[int, int]]
 
