@@ -260,3 +260,34 @@ def scores_bitwise_alike(group: str, device: str) -> bool:
     from pyg_edgedot import _backend
     return not (device.startswith("cuda")
                 and _backend.loaded().table[group, "cuda"].impl == "python")
+
+
+# ---- torch.library.opcheck and torch.compile ---------------------------------------------------
+
+# (feature dtype, index dtype) pairs each op's opcheck test runs.
+OPCHECK_CASES = [
+    (torch.float32, torch.int64),
+    (torch.float64, torch.int32),
+    (torch.float16, torch.int64),
+    (torch.bfloat16, torch.int32),
+]
+OPCHECK_IDS = [f"{dtype_id(a)}-{dtype_id(b)}" for a, b in OPCHECK_CASES]
+
+
+class RecordingBackend:
+    """An AOTAutograd backend that keeps the forward and backward graphs it is given."""
+
+    def __init__(self):
+        from functorch.compile import make_boxed_func
+        from torch._dynamo.backends.common import aot_autograd
+        self.forward_graphs, self.backward_graphs = [], []
+
+        def fw_compiler(gm, example_inputs):
+            self.forward_graphs.append(gm.code)
+            return make_boxed_func(gm.forward)
+
+        def bw_compiler(gm, example_inputs):
+            self.backward_graphs.append(gm.code)
+            return make_boxed_func(gm.forward)
+
+        self.backend = aot_autograd(fw_compiler=fw_compiler, bw_compiler=bw_compiler)

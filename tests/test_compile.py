@@ -3,12 +3,10 @@ break, statically and with ``dynamic=True`` over two edge counts. Few and small:
 is slow on a small CPU."""
 import pytest
 import torch
-from functorch.compile import make_boxed_func
-from torch._dynamo.backends.common import aot_autograd
 
 from pyg_edgedot import EdgeDotScore, edge_dot
-from _helpers import (DEVICES, assert_close, leaf, randn, random_edge_index, ref_edge_dot,
-                      ref_grads)
+from _helpers import (DEVICES, RecordingBackend, assert_close, leaf, randn, random_edge_index,
+                      ref_edge_dot, ref_grads)
 
 
 def _score(x_src, x_dst, edge_index):
@@ -24,23 +22,6 @@ class _Scorer(torch.nn.Module):
     def forward(self, x, edge_label_index):
         h = self.lin(x).relu()
         return self.score(h, edge_label_index)
-
-
-class _RecordingBackend:
-    """An AOTAutograd backend that keeps the forward and backward graphs it is given."""
-
-    def __init__(self):
-        self.forward_graphs, self.backward_graphs = [], []
-
-        def fw_compiler(gm, example_inputs):
-            self.forward_graphs.append(gm.code)
-            return make_boxed_func(gm.forward)
-
-        def bw_compiler(gm, example_inputs):
-            self.backward_graphs.append(gm.code)
-            return make_boxed_func(gm.forward)
-
-        self.backend = aot_autograd(fw_compiler=fw_compiler, bw_compiler=bw_compiler)
 
 
 def _problem(gen, device, num_edges, num_src=10, num_dst=12, feat_dim=8):
@@ -87,7 +68,7 @@ def test_forward_and_backward_graphs(same, device, gen, fresh_dynamo):
     # fullgraph=True fails on any graph break; the recorded graphs show that both the
     # forward op and the backward op were traced (not run eagerly).
     x_src, x_dst, ei = _problem(gen, device, 50, num_dst=10)
-    recorder = _RecordingBackend()
+    recorder = RecordingBackend()
     if same:
         def fn(a, b, edge_index):
             return edge_dot(a, a, edge_index).tanh()
@@ -117,7 +98,7 @@ def test_forward_and_backward_graphs(same, device, gen, fresh_dynamo):
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_dynamic_two_edge_counts_one_graph(device, gen, fresh_dynamo):
-    recorder = _RecordingBackend()
+    recorder = RecordingBackend()
     compiled = torch.compile(_score, backend=recorder.backend, fullgraph=True, dynamic=True)
     for num_edges in (37, 91):
         x_src, x_dst, ei = _problem(gen, device, num_edges)

@@ -9,9 +9,10 @@ from torch_geometric import EdgeIndex
 
 import pyg_edgedot
 from pyg_edgedot import edge_dot
-from _helpers import (DEVICES, EI_LAYOUTS, FLOAT_DTYPES, INDEX_DTYPES, SHAPE_IDS, SHAPES,
-                      X_LAYOUTS, assert_close, dtype_id, make_edge_index, make_x, randn,
-                      op_edge_dot, random_edge_index, ref_edge_dot, ref_grads)
+from _helpers import (DEVICES, EI_LAYOUTS, FLOAT_DTYPES, INDEX_DTYPES, OPCHECK_CASES,
+                      OPCHECK_IDS, SHAPE_IDS, SHAPES, X_LAYOUTS, assert_close, dtype_id,
+                      make_edge_index, make_x, randn, op_edge_dot, random_edge_index,
+                      ref_edge_dot, ref_grads)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -189,15 +190,6 @@ def test_op_edge_dot_grad_empty(device, gen):
 
 
 # ---- torch.library.opcheck -----------------------------------------------------------------
-
-OPCHECK_CASES = [
-    (torch.float32, torch.int64),
-    (torch.float64, torch.int32),
-    (torch.float16, torch.int64),
-    (torch.bfloat16, torch.int32),
-]
-OPCHECK_IDS = [f"{dtype_id(a)}-{dtype_id(b)}" for a, b in OPCHECK_CASES]
-
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("num_edges", [0, 37])

@@ -6,19 +6,17 @@ import re
 import numpy as np
 import pytest
 import torch
-from functorch.compile import make_boxed_func
-from torch._dynamo.backends.common import aot_autograd
 from torch.utils._python_dispatch import TorchDispatchMode
 
-import pyg_edgedot
 from pyg_edgedot import edge_dot, hits_at_k, mrr, rank_candidates, score_candidates
 from pyg_edgedot.ops import _chunked, candidates as candidates_ops
 
 FALLBACK = candidates_ops.fallback_impls()
 fallback_score, fallback_rank = FALLBACK["score_candidates"], FALLBACK["rank_candidates"]
-from _helpers import (DEVICES, FLOAT_DTYPES, HAS_CUDA, INDEX_DTYPES, LOW_PRECISION, TOL,
-                      X_LAYOUTS, assert_close, dtype_id, leaf, make_x, randint, randn,
-                      ref_base_grad, ref_grads, scores_bitwise_alike)
+from _helpers import (DEVICES, FLOAT_DTYPES, HAS_CUDA, INDEX_DTYPES, LOW_PRECISION,
+                      OPCHECK_CASES, OPCHECK_IDS, TOL, X_LAYOUTS, RecordingBackend, assert_close,
+                      dtype_id, leaf, make_x, randn, ref_base_grad, ref_grads,
+                      scores_bitwise_alike)
 
 
 # ---- references ------------------------------------------------------------------------
@@ -576,15 +574,6 @@ def test_op_rank_candidates_first_bad(index_dtype, device, gen):
     assert torch.equal(rank.cpu()[~bad], good_rank.cpu())
 
 
-OPCHECK_CASES = [
-    (torch.float32, torch.int64),
-    (torch.float64, torch.int32),
-    (torch.float16, torch.int64),
-    (torch.bfloat16, torch.int32),
-]
-OPCHECK_IDS = [f"{dtype_id(a)}-{dtype_id(b)}" for a, b in OPCHECK_CASES]
-
-
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("num_rows", [0, 13])
 @pytest.mark.parametrize("dtypes", OPCHECK_CASES, ids=OPCHECK_IDS)
@@ -607,21 +596,6 @@ def test_opcheck(dtypes, num_rows, device, gen):
 
 # ---- torch.compile ----------------------------------------------------------------------------
 
-class _RecordingBackend:
-    def __init__(self):
-        self.forward_graphs, self.backward_graphs = [], []
-
-        def fw_compiler(gm, example_inputs):
-            self.forward_graphs.append(gm.code)
-            return make_boxed_func(gm.forward)
-
-        def bw_compiler(gm, example_inputs):
-            self.backward_graphs.append(gm.code)
-            return make_boxed_func(gm.forward)
-
-        self.backend = aot_autograd(fw_compiler=fw_compiler, bw_compiler=bw_compiler)
-
-
 def _score_loss_fn(x_src, x_dst, src, cand):
     return score_candidates(x_src, x_dst, src, cand).sigmoid()
 
@@ -633,7 +607,7 @@ def test_compile_score_forward_backward(device, gen, fresh_dynamo):
     src = rand_index(gen, 10, (15,), torch.int64, device)
     cand = rand_index(gen, 12, (15, 6), torch.int64, device)
     grad_out = randn(gen, 15, 6, device=device)
-    recorder = _RecordingBackend()
+    recorder = RecordingBackend()
     compiled = torch.compile(_score_loss_fn, backend=recorder.backend, fullgraph=True)
 
     def run(fn):
