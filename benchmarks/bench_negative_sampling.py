@@ -6,9 +6,9 @@ sampler, and ours (function; prebuilt NegativeSampler without / with replacement
 Graphs: Cora's size (2,708 nodes, 10,556 edges), 100K nodes / 2M edges, and on CUDA
 1M nodes / 20M edges; each asks E negatives (uniform random edges, homogeneous).
 
-``ours_*`` run the op ``negative_sample`` as registered (on the CPU, the fused C++ kernel when
-it is built: ``backend`` in the output says which); ``ours_*_python`` swap in its pure-PyTorch
-implementation (what CUDA tensors, and the CPU without a compiler, run).
+``ours_*`` run the op ``negative_sample`` as registered (the fused C++ kernel on the CPU, the
+CUDA kernel on CUDA, when built: ``backend`` in the output says which); ``ours_*_python`` swap
+in its pure-PyTorch implementation (what a device without a compiled kernel runs).
 
 Every method is warmed up once, then the methods run in turn, --reps rounds (so a burst of
 other work on the machine hits them alike); the tables give the median and the minimum

@@ -14,8 +14,10 @@
 #   sanitizer  compute-sanitizer memcheck on benchmarks/oob_probe.py (bad indices): 0 errors
 #   bench      benchmarks/bench_edge_dot.py -> h200.{json,log,png} (README "Performance")
 #   host       the host-overhead table and W1, W2 alone -> h200_host.{json,log,png}
-#   sampling   benchmarks/bench_negative_sampling.py (SAMPLING_GRAPHS, default all three)
-#              -> h200_negative_sampling.{json,log}
+#   sampling   the sampler's CUDA tests first (the CUDA kernel's draws equal the C++ kernel's,
+#              bit for bit, and every guarantee on CUDA tensors) -> pytest_sampling.log, then
+#              benchmarks/bench_negative_sampling.py (SAMPLING_GRAPHS, default all three;
+#              "backend" in its output must say cuda) -> h200_negative_sampling.{json,log}
 #   beyond     benchmarks/bench_beyond.py -> h200_beyond.{json,log} (README "Beyond the peers")
 #   examples   examples/link_pred.py, both decoders -> link_pred_gpu_{edgedot,eager}.json
 #   ddp        examples/ddp_link_pred.py under torchrun, NCCL, 1 GPU -> ddp_nccl_1gpu_h200.json
@@ -64,6 +66,8 @@ for step in "$@"; do
         --skip-giant --out "$OUT/h200_host.json" --plot "$OUT/h200_host.png" 2>&1 \
         | tee "$OUT/h200_host.log" | tail -40 ;;
     sampling)
+      pytest_all tests/test_negative_sampling.py -k cuda | tee "$OUT/pytest_sampling.log" \
+        | tail -8
       python3 benchmarks/bench_negative_sampling.py --device cuda \
         --graphs "${SAMPLING_GRAPHS:-cora,100k_2m,1m_20m}" \
         --out "$OUT/h200_negative_sampling.json" 2>&1 | tee "$OUT/h200_negative_sampling.log" \

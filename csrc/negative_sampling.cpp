@@ -1,8 +1,11 @@
-// Exact negative sampling over one graph (NegativeSampler.sample): the schema. The CPU kernel
-// is in csrc/cpu/negative_sampling_kernel.cpp; there is no CUDA kernel: CUDA tensors (and the
-// CPU without a compiled library) run the pure-PyTorch implementation registered from
-// pyg_edgedot/ops/negative_sampling.py, which draws from the same distribution with a torch
-// generator seeded with `seed`, so its draws differ from the kernel's.
+// Exact negative sampling over one graph (NegativeSampler.sample): the schema. The kernels:
+// csrc/cpu/negative_sampling_kernel.cpp (CPU) and csrc/cuda/negative_sampling_kernel.cu (CUDA),
+// sharing csrc/negative_sampling_common.h. What each device promises for a given `seed`: the
+// two kernels return the same draws, bit for bit (the CUDA kernel computes the CPU kernel's
+// permutation with sorts; see its header). Without a compiled kernel for the device, the
+// pure-PyTorch implementation registered from pyg_edgedot/ops/negative_sampling.py serves: it
+// draws from the same distribution with a torch generator seeded with `seed`, so its draws
+// differ from the kernels'.
 #include <torch/library.h>
 
 TORCH_LIBRARY_FRAGMENT(pyg_edgedot, m) {
@@ -16,7 +19,8 @@ TORCH_LIBRARY_FRAGMENT(pyg_edgedot, m) {
   // complement in uniform random order; replace=True: `count` i.i.d. uniform keys.
   // Returns [2, count] pairs (src; dst) in `dtype` (int32 or int64); "undirected" returns
   // [2, 2 * count]: the pairs (i < j), then their mirrors (j, i).
-  // The draws are a pure function of `seed` (a counter-based generator; see the kernel).
+  // The draws are a pure function of the arguments (a counter-based generator seeded with
+  // `seed`; see the kernels), whatever the device, the number of threads or the GPU.
   // first_round: how many i.i.d. ranks the first round of a sparse replace=False draw takes
   // (-1: enough that a second round is rare; tests pass fewer to exercise the top-up rounds).
   m.def("negative_sample(Tensor excluded_adj, int num_ranks, int count, int seed, "

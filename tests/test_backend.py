@@ -73,13 +73,12 @@ def test_decide_without_a_build():
 def test_decide_cpu_only_group():
     # A group with a C++ kernel and no CUDA one: its Python implementation serves CUDA
     # tensors, whatever was built.
-    groups = dict(GROUPS_WITH_TRITON, negative_sampling=_backend.Group(frozenset({"cpu"})))
+    groups = dict(GROUPS_WITH_TRITON, cpu_only=_backend.Group(frozenset({"cpu"})))
     for build in (_build.BuildResult("cuda", "/x.so"),
                   _build.BuildResult("cpu", "/x.so", cuda_error="nvcc was not found")):
         table = _backend.decide(build, None, groups)
-        assert table["negative_sampling", "cpu"] == ("cpp", None)
-        assert table["negative_sampling", "cuda"] == ("python",
-                                                      "this op group has no CUDA kernel")
+        assert table["cpu_only", "cpu"] == ("cpp", None)
+        assert table["cpu_only", "cuda"] == ("python", "this op group has no CUDA kernel")
         assert table["edge_dot", "cuda"].impl in ("cuda", "triton")
 
 

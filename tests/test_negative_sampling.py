@@ -1,5 +1,7 @@
 """Tests of pyg_edgedot.ops.negative_sampling: guarantees checked against Python sets on
 random graphs, uniformity by chi-square, edge cases, errors, and PyG's own functions."""
+import bisect
+import math
 import warnings
 
 import pytest
@@ -12,7 +14,7 @@ from pyg_edgedot.ops.negative_sampling import (NegativeSampler, batched_negative
                                                negative_sampling,
                                                structured_negative_sampling,
                                                structured_negative_sampling_feasible)
-from _helpers import DEVICES, INDEX_DTYPES, dtype_id, make_gen
+from _helpers import DEVICES, HAS_CUDA, INDEX_DTYPES, dtype_id, make_gen
 
 import torch_geometric.utils as pyg_utils
 
@@ -56,10 +58,24 @@ def quiet(fn, *args, **kwargs):
 
 
 # NegativeSampler.sample's draw is the op negative_sample: the registered implementation (the
-# C++ kernel on the CPU when it was built) or the pure-PyTorch fallback, swapped in.
+# C++ kernel on the CPU, the CUDA kernel on CUDA, when they were built) or the pure-PyTorch
+# fallback, swapped in.
 BACKENDS = ["op", "fallback"]
-OP_IMPL = "cpp" if pyg_edgedot._backend.loaded().table["negative_sampling", "cpu"].impl == "cpp" \
-    else "python"
+_TABLE = pyg_edgedot._backend.loaded().table
+OP_IMPL = "cpp" if _TABLE["negative_sampling", "cpu"].impl == "cpp" else "python"
+CUDA_OP_IMPL = _TABLE["negative_sampling", "cuda"].impl
+
+
+def kernel_built(device) -> bool:
+    """Whether the op's compiled kernel serves `device` (else its pure-PyTorch fallback)."""
+    return OP_IMPL == "cpp" if device == "cpu" else CUDA_OP_IMPL == "cuda"
+
+
+def device_gen(seed: int, device) -> torch.Generator:
+    """A seeded generator on `device` (the samplers take one on edge_index's device)."""
+    gen = torch.Generator(device=device)
+    gen.manual_seed(seed)
+    return gen
 
 
 @pytest.fixture(params=BACKENDS)
@@ -140,10 +156,11 @@ def test_force_undirected_ignored_for_bipartite(gen):
     check_negatives(neg, edge_index, 6, 9, False, 10)
 
 
-def test_unsorted_duplicate_edges_and_self_loops(gen, backend):
+@pytest.mark.parametrize("device", DEVICES)
+def test_unsorted_duplicate_edges_and_self_loops(gen, device, backend):
     edge_index = random_graph(gen, 15, 15, 60)
     edge_index = torch.cat([edge_index, edge_index[:, :30], torch.arange(5).repeat(2, 1)], 1)
-    edge_index = edge_index[:, torch.randperm(edge_index.size(1), generator=gen)]
+    edge_index = edge_index[:, torch.randperm(edge_index.size(1), generator=gen)].to(device)
     free = complement(edge_index, 15, 15, False)
     neg = quiet(negative_sampling, edge_index, 15, 10_000)
     assert pair_set(neg) == free and neg.size(1) == len(free)
@@ -152,8 +169,9 @@ def test_unsorted_duplicate_edges_and_self_loops(gen, backend):
     check_negatives(neg, edge_index, 15, 15, True, edge_index.size(1))
 
 
-def test_not_sorted_output(gen, backend):
-    edge_index = random_graph(gen, 500, 500, 2000)
+@pytest.mark.parametrize("device", DEVICES)
+def test_not_sorted_output(gen, device, backend):
+    edge_index = random_graph(gen, 500, 500, 2000, device=device)
     neg = negative_sampling(edge_index, 500, 2000)
     keys = neg[0] * 500 + neg[1]
     assert not bool((keys[1:] >= keys[:-1]).all())
@@ -182,11 +200,12 @@ def _pair_counts(samples, universe):
     return counts
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("mode", ["dense_path", "sparse_path", "replace", "first_column"])
-def test_uniform_over_complement(mode, backend):
+def test_uniform_over_complement(device, mode, backend):
     universe = complement(SMALL_EDGES, 6, 6, False)  # 22 pairs
-    gen = make_gen(1234)
-    sampler = NegativeSampler(SMALL_EDGES, 6)
+    gen = device_gen(1234, device)
+    sampler = NegativeSampler(SMALL_EDGES.to(device), 6)
     num = {"dense_path": 9, "sparse_path": 3, "replace": 7, "first_column": 5}[mode]
     samples = [sampler.sample(num, replace=(mode == "replace"), generator=gen)
                for _ in range(1500)]
@@ -195,17 +214,18 @@ def test_uniform_over_complement(mode, backend):
     assert _chi2_uniform(_pair_counts(samples, universe)) > 1e-3
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("first_round", [0, 1, 3])
 @pytest.mark.parametrize("num", [3, 5])
-def test_uniform_with_short_first_round(monkeypatch, backend, first_round, num):
+def test_uniform_with_short_first_round(monkeypatch, device, backend, first_round, num):
     # the rare top-up rounds, forced by a first round of fewer i.i.d. ranks than needed
     with_first_round(monkeypatch, first_round)
     universe = complement(SMALL_EDGES, 6, 6, False)  # 22 pairs: num < 22 / 4, sparse
-    gen = make_gen(99 + first_round)
-    sampler = NegativeSampler(SMALL_EDGES, 6)
+    gen = device_gen(99 + first_round, device)
+    sampler = NegativeSampler(SMALL_EDGES.to(device), 6)
     samples = [sampler.sample(num, generator=gen) for _ in range(1500)]
     for s in samples[:50]:
-        check_negatives(s, SMALL_EDGES, 6, 6, True, num)
+        check_negatives(s, SMALL_EDGES.to(device), 6, 6, True, num)
     assert _chi2_uniform(_pair_counts(samples, universe)) > 1e-3
     assert _chi2_uniform(_pair_counts([s[:, :1] for s in samples], universe)) > 1e-3
 
@@ -271,8 +291,9 @@ def test_complement_smaller_than_asked_warns_and_returns_it_all(device):
         assert negative_sampling(full.to(device), 6, 5).shape == (2, 0)
 
 
-def test_empty_and_one_node():
-    empty = torch.empty(2, 0, dtype=torch.long)
+@pytest.mark.parametrize("device", DEVICES)
+def test_empty_and_one_node(device):
+    empty = torch.empty(2, 0, dtype=torch.long, device=device)
     assert negative_sampling(empty).shape == (2, 0)            # N = 0, k = E = 0
     assert negative_sampling(empty, 5).shape == (2, 0)         # k = E = 0
     neg = negative_sampling(empty, 5, 20)                      # all 20 pairs of 5 nodes
@@ -280,11 +301,12 @@ def test_empty_and_one_node():
     with pytest.warns(UserWarning):
         assert negative_sampling(empty, 1, 3).shape == (2, 0)  # one node: no pair at all
     assert negative_sampling(empty, (1, 1), 1).tolist() == [[0], [0]]
-    assert NegativeSampler(empty, 1).sample_per_source(torch.empty(0, dtype=torch.long),
-                                                       2).shape == (0, 2)
+    assert NegativeSampler(empty, 1).sample_per_source(
+        torch.empty(0, dtype=torch.long, device=device), 2).shape == (0, 2)
     i, j, k = structured_negative_sampling(empty, 3)
     assert i.numel() == j.numel() == k.numel() == 0
-    assert batched_negative_sampling(empty, torch.tensor([0, 0, 1])).shape == (2, 0)
+    assert batched_negative_sampling(empty, torch.tensor([0, 0, 1], device=device)).shape \
+        == (2, 0)
 
 
 def test_large_node_count_no_quadratic_memory(gen):
@@ -300,16 +322,17 @@ def test_large_node_count_no_quadratic_memory(gen):
 # Reproducibility, EdgeIndex, NegativeSampler
 # ---------------------------------------------------------------------------------------
 
-def test_same_seed_same_output(gen, backend):
-    edge_index = random_graph(gen, 100, 100, 400)
-    a = negative_sampling(edge_index, 100, generator=make_gen(3))
-    b = negative_sampling(edge_index, 100, generator=make_gen(3))
+@pytest.mark.parametrize("device", DEVICES)
+def test_same_seed_same_output(gen, device, backend):
+    edge_index = random_graph(gen, 100, 100, 400, device=device)
+    a = negative_sampling(edge_index, 100, generator=device_gen(3, device))
+    b = negative_sampling(edge_index, 100, generator=device_gen(3, device))
     assert torch.equal(a, b)
     torch.manual_seed(11)
     c = negative_sampling(edge_index, 100)
     torch.manual_seed(11)
     assert torch.equal(c, negative_sampling(edge_index, 100))
-    assert not torch.equal(a, negative_sampling(edge_index, 100, generator=make_gen(4)))
+    assert not torch.equal(a, negative_sampling(edge_index, 100, generator=device_gen(4, device)))
     torch.manual_seed(2)
     s1 = structured_negative_sampling(edge_index, 100)[2]
     torch.manual_seed(2)
@@ -375,17 +398,19 @@ def _keys_of(pairs, num_nodes):
     return pairs[0].long() * num_nodes + pairs[1].long()
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("replace", [False, True])
 @pytest.mark.parametrize("case", [(2_000, 20_000, 150_000), (300, 2_000, 70_000),
                                   (100, 500, 9_000)], ids=str)
-def test_large_draw_guarantees_and_order(gen, backend, case, replace):
+def test_large_draw_guarantees_and_order(gen, device, backend, case, replace):
     # (N, E, k): sparse with > 2**16 keys (radix sort, bucketed shuffle, parallel parts),
     # dense (the whole complement, then a bucketed shuffle), and a small in-cache one.
     num_nodes, num_edges, num = case
     edge_index = random_graph(gen, num_nodes, num_nodes, num_edges)
-    sampler = NegativeSampler(edge_index, num_nodes)
-    neg = sampler.sample(num, replace=replace, generator=make_gen(5))
-    assert neg.shape == (2, num) and neg.dtype == torch.int64
+    sampler = NegativeSampler(edge_index.to(device), num_nodes)
+    neg = sampler.sample(num, replace=replace, generator=device_gen(5, device))
+    assert neg.shape == (2, num) and neg.dtype == torch.int64 and neg.device.type == device
+    neg = neg.cpu()
     keys = _keys_of(neg, num_nodes)
     edge_keys = torch.unique(_keys_of(edge_index, num_nodes))
     pos = torch.searchsorted(edge_keys, keys).clamp(max=edge_keys.numel() - 1)
@@ -404,12 +429,13 @@ def test_large_draw_guarantees_and_order(gen, backend, case, replace):
     assert abs(float(corr)) < 6 / num ** 0.5
 
 
-def test_large_draw_with_replacement_is_iid(backend):
+@pytest.mark.parametrize("device", DEVICES)
+def test_large_draw_with_replacement_is_iid(device, backend):
     # 2**17 draws of the 22 pairs (the bucketed shuffle of sorted draws): uniform counts, and
     # consecutive draws independent (chi-square over the 22 x 22 transitions).
     universe = sorted(complement(SMALL_EDGES, 6, 6, False))
-    sampler = NegativeSampler(SMALL_EDGES, 6)
-    neg = sampler.sample(1 << 17, replace=True, generator=make_gen(8))
+    sampler = NegativeSampler(SMALL_EDGES.to(device), 6)
+    neg = sampler.sample(1 << 17, replace=True, generator=device_gen(8, device)).cpu()
     index = {p: i for i, p in enumerate(universe)}
     lookup = torch.full((36,), -1, dtype=torch.long)
     lookup[torch.tensor([i * 6 + j for i, j in universe])] = torch.arange(len(universe))
@@ -426,9 +452,10 @@ def _op_args(sampler, count, seed, replace, first_round=-1):
             sampler.num_src_nodes, sampler.num_dst_nodes, sampler.index_dtype, first_round)
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("replace", [False, True])
-def test_op_same_seed_same_output_any_threads(gen, backend, replace):
-    edge_index = random_graph(gen, 3_000, 3_000, 30_000)
+def test_op_same_seed_same_output_any_threads(gen, device, backend, replace):
+    edge_index = random_graph(gen, 3_000, 3_000, 30_000, device=device)
     sampler = NegativeSampler(edge_index, 3_000)
     draw = ns_mod._negative_sample
     threads = torch.get_num_threads()
@@ -449,15 +476,16 @@ def test_op_same_seed_same_output_any_threads(gen, backend, replace):
         assert torch.unique(_keys_of(short, 3_000)).numel() == 1_000
 
 
-def test_op_opcheck(gen):
-    edge_index = random_graph(gen, 50, 50, 300)
+@pytest.mark.parametrize("device", DEVICES)
+def test_op_opcheck(gen, device):
+    edge_index = random_graph(gen, 50, 50, 300, device=device)
     sampler = NegativeSampler(edge_index, 50)
     for replace in (False, True):
         torch.library.opcheck(torch.ops.pyg_edgedot.negative_sample.default,
                               _op_args(sampler, 100, 7, replace))
 
 
-@pytest.mark.skipif(OP_IMPL != "cpp", reason="the C++ kernel was not built")
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("change, match", [
     ({5: "both"}, "mode must be 'directed', 'no_loops' or 'undirected'"),
     ({1: 10_000}, "num_ranks \\+ len\\(excluded_adj\\) must be the number of no_loops keys"),
@@ -466,20 +494,194 @@ def test_op_opcheck(gen):
     ({2: -1}, "must be >= 0"),
     ({2: 5_000}, "cannot draw 5000 distinct keys"),
 ])
-def test_op_checks(gen, change, match):
-    sampler = NegativeSampler(random_graph(gen, 50, 50, 300), 50)
+def test_op_checks(gen, device, change, match):
+    if not kernel_built(device):
+        pytest.skip(f"the {device} kernel was not built")
+    sampler = NegativeSampler(random_graph(gen, 50, 50, 300, device=device), 50)
     args = list(_op_args(sampler, 10, 1, False))
     for where, value in change.items():
-        args[where] = value
+        args[where] = value.to(device) if isinstance(value, torch.Tensor) else value
     with pytest.raises(RuntimeError, match=match):
         torch.ops.pyg_edgedot.negative_sample(*args)
 
 
-def test_cpu_backend_is_the_kernel_when_built():
+def test_backend_is_the_kernel_when_built():
     table = pyg_edgedot._backend.loaded().table
-    assert table["negative_sampling", "cuda"].impl == "python"
-    if pyg_edgedot._backend.loaded().build.extension is not None:
+    extension = pyg_edgedot._backend.loaded().build.extension
+    if extension is not None:
         assert table["negative_sampling", "cpu"].impl == "cpp"
+    # the CUDA library brings the CUDA kernel; without it CUDA tensors take the fallback
+    assert table["negative_sampling", "cuda"].impl == ("cuda" if extension == "cuda"
+                                                       else "python")
+
+
+# ---------------------------------------------------------------------------------------
+# The CUDA kernel: the CPU kernel's draws, bit for bit
+# ---------------------------------------------------------------------------------------
+
+# (N_src, N_dst or None, E, mode space, count, replace, first_round): every path of both
+# kernels: sparse draws with and without top-up rounds, dense draws of part or all of the
+# complement, i.i.d. draws, in-cache (<= 2**16 keys) and bucketed permutations, three modes.
+SAME_DRAW_CASES = [
+    (50, None, 200, "directed", 100, False, -1),        # sparse, in cache
+    (50, None, 200, "directed", 100, False, 0),         # every rank from top-up rounds
+    (50, None, 200, "directed", 100, False, 7),         # a short first round
+    (50, None, 200, "directed", 2000, False, -1),       # dense, part of the complement
+    (50, None, 200, "directed", 2250, False, -1),       # dense, all of it
+    (50, None, 200, "directed", 5000, True, -1),        # i.i.d.
+    (300, None, 2000, "directed", 30_000, False, -1),   # dense, bucketed, count < keys
+    (2000, None, 20_000, "directed", 150_000, False, -1),  # sparse, bucketed
+    (2000, None, 20_000, "directed", 150_000, True, -1),   # i.i.d., bucketed
+    (2000, None, 20_000, "directed", 70_000, False, 1000),  # bucketed after top-ups
+    (40, 30, 300, "directed", 500, False, -1),          # bipartite
+    (60, None, 500, "self_loops", 900, False, -1),      # directed key space with loops
+    (60, None, 500, "undirected", 400, False, -1),      # undirected: [2, 2 * count]
+    (400, None, 3000, "undirected", 70_000, False, -1),  # undirected, bucketed
+    (1, 1, 0, "directed", 1, False, -1),                # one key
+]
+
+
+def _space_for(gen, case, device):
+    num_src, num_dst, num_edges, space, count, replace, first_round = case
+    bipartite = num_dst is not None
+    edge_index = random_graph(gen, num_src, num_dst or num_src, num_edges, device=device)
+    sampler = NegativeSampler(edge_index, (num_src, num_dst) if bipartite else num_src,
+                              self_loops=space == "self_loops")
+    if space == "undirected":
+        sampler._sample(0, False, True, None, "test")  # builds the undirected key space
+        key_space = sampler._undirected
+    else:
+        key_space = sampler._directed
+    return sampler, key_space
+
+
+def _op_draw(sampler, key_space, count, seed, replace, first_round, dtype=torch.int64):
+    return torch.ops.pyg_edgedot.negative_sample(
+        key_space.adj, key_space.num_free, count, seed, replace, key_space.mode,
+        sampler.num_src_nodes, sampler.num_dst_nodes, dtype, first_round)
+
+
+@pytest.mark.skipif(not HAS_CUDA, reason="CUDA is not available")
+@pytest.mark.parametrize("dtype", INDEX_DTYPES, ids=dtype_id)
+@pytest.mark.parametrize("case", SAME_DRAW_CASES, ids=str)
+def test_cuda_kernel_gives_the_cpu_kernels_draws(case, dtype):
+    if not (kernel_built("cpu") and kernel_built("cuda")):
+        pytest.skip("needs both the C++ and the CUDA kernel")
+    count, replace, first_round = case[4:]
+    for seed in (0, 12345, 2 ** 62 + 7):
+        draws = []
+        for device in ("cpu", "cuda"):
+            sampler, key_space = _space_for(make_gen(31), case, device)
+            draws.append(_op_draw(sampler, key_space, min(count, key_space.num_free), seed,
+                                  replace, first_round, dtype))
+        assert draws[1].device.type == "cuda" and draws[1].dtype == dtype
+        assert torch.equal(draws[0], draws[1].cpu()), (case, seed)
+
+
+# A model of csrc/cuda/negative_sampling_kernel.cu, step for step, in Python: the same
+# counters, sorts and the parallel reconstruction of the Fisher-Yates shuffle (prev, last,
+# chains). Checked against the C++ kernel, it shows (without a GPU) that the CUDA kernel's
+# algorithm computes the CPU kernel's draws.
+_M64 = (1 << 64) - 1
+_GAMMA, _STEP = 0x9E3779B97F4A7C15, 0xD1B54A32D192ED03
+
+
+def _mix64(z):
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _M64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _M64
+    return z ^ (z >> 31)
+
+
+class _Stream:
+    def __init__(self, seed, stream):
+        self.key = _mix64((_mix64(seed & _M64) + stream * _STEP) & _M64)
+
+    def bits(self, counter):
+        return _mix64((self.key + (counter + 1) * _GAMMA) & _M64)
+
+    def below(self, counter, m):
+        product = self.bits(counter) * m
+        attempt = 1
+        while product & _M64 < (1 << 64) % m:
+            retry = _mix64(self.key ^ ((attempt * _STEP) & _M64))
+            product = _mix64((retry + (counter + 1) * _GAMMA) & _M64) * m
+            attempt += 1
+        return product >> 64
+
+
+def _iid_draw_count(want, free):
+    return math.ceil(-free * math.log1p(-want / free) + 4.0 * math.sqrt(want) + 8.0)
+
+
+def _model_cuda_draw(adj, num_ranks, count, seed, replace, first_round):
+    """The keys the CUDA kernel decodes, in output order."""
+    ranks_stream = _Stream(seed, 0)
+    if replace:
+        ranks = sorted(ranks_stream.below(c, num_ranks) for c in range(count))
+    elif count >= (num_ranks + 3) // 4:
+        ranks = list(range(num_ranks))
+    else:
+        draws = first_round if first_round >= 0 else _iid_draw_count(count, num_ranks)
+        held = {ranks_stream.below(c, num_ranks) for c in range(draws)}
+        used = draws
+        while len(held) < count:
+            free = num_ranks - len(held)
+            draws = math.ceil(float(_iid_draw_count(count - len(held), free)) * num_ranks / free)
+            held |= {ranks_stream.below(used + c, num_ranks) for c in range(draws)}
+            used += draws
+        ranks = sorted(held)
+    keys = [r + bisect.bisect_right(adj, r) for r in ranks]
+    n = len(keys)
+    shuffle = _Stream(seed, 2)
+    if n <= 1 << 16:  # one run, steps at g < min(count, n - 1)
+        data, span = keys, n
+        end, limit = [n] * n, [min(count, n - 1)] * n
+    else:  # buckets: a stable sort by bucket, then a run per bucket
+        log_buckets = 0
+        while (1 << log_buckets) * 4096 < n:
+            log_buckets += 1
+        label_stream = _Stream(seed, 1)
+        label = [label_stream.bits(i) >> (64 - log_buckets) for i in range(n)]
+        order = sorted(range(n), key=label.__getitem__)
+        data, sorted_label = [keys[i] for i in order], [label[i] for i in order]
+        bucket_end = {sorted_label[g]: g + 1 for g in range(n)}
+        end = [bucket_end[b] for b in sorted_label]
+        limit = [e - 1 for e in end]
+        span = n if count == n else end[count - 1]
+    target = [g + shuffle.below(g, end[g] - g) if g < limit[g] else g for g in range(span)]
+    by_target = sorted(range(span), key=target.__getitem__)  # stable
+    prev, last = [-1] * span, [-1] * span
+    for q, k in enumerate(by_target):
+        p = target[k]
+        if q > 0 and target[by_target[q - 1]] == p:
+            prev[k] = by_target[q - 1]
+        if k != p and (q + 1 == span or target[by_target[q + 1]] != p or by_target[q + 1] == p):
+            last[p] = k
+    out = []
+    for t in range(count):
+        source = prev[t]
+        if source < 0:
+            source = target[t]
+        else:
+            while last[source] >= 0:
+                source = last[source]
+        out.append(data[source])
+    return out
+
+
+@pytest.mark.skipif(OP_IMPL != "cpp", reason="the C++ kernel was not built")
+@pytest.mark.parametrize("case", [c for c in SAME_DRAW_CASES if c[4] <= 70_000], ids=str)
+def test_cuda_algorithm_model_gives_the_cpu_kernels_draws(case):
+    count, replace, first_round = case[4:]
+    sampler, key_space = _space_for(make_gen(31), case, "cpu")
+    count = min(count, key_space.num_free)
+    seed = 987654321
+    keys = _model_cuda_draw(key_space.adj.tolist(), key_space.num_free, count, seed, replace,
+                            first_round)
+    expected = ns_mod._pairs(key_space.mode, torch.tensor(keys, dtype=torch.long),
+                             sampler.num_src_nodes, sampler.num_dst_nodes, torch.int64)
+    assert torch.equal(_op_draw(sampler, key_space, count, seed, replace, first_round),
+                       expected)
 
 
 # ---------------------------------------------------------------------------------------

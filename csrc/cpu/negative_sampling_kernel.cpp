@@ -1,5 +1,7 @@
 // CPU kernel of negative_sample (schema in csrc/negative_sampling.cpp): exact uniform
-// negatives of one graph, in four linear passes instead of binary searches:
+// negatives of one graph, in four linear passes instead of binary searches. The generator,
+// the per-element math and the checks are csrc/negative_sampling_common.h's, shared with the
+// CUDA kernel, which computes the same draws by another route (its header says how):
 //
 //   1. ranks: i.i.d. uniform in [0, M) from a counter-based generator (parallel);
 //   2. an LSD radix sort of the ranks; replace=False: duplicates dropped, and top-up rounds
@@ -26,7 +28,8 @@
 //   Fisher-Yates in cache. A given arrangement of the n keys comes out with probability
 //   sum_c B^-n prod_b 1 / c_b! over the bucket sizes c, the same for every arrangement.
 //
-// The generator is splitmix64 by counter, as edge_dot_loss's: output c of stream s is
+// The generator (negative_sampling_common.h) is splitmix64 by counter, as edge_dot_loss's:
+// output c of stream s is
 //   mix64(key_s + (c + 1) * 0x9E3779B97F4A7C15),  key_s = mix64(mix64(seed) + s * kStreamStep)
 // with stream 0 the ranks (counters 0, 1, ... across rounds), 1 the bucket of key i, 2 the
 // Fisher-Yates step at position i. An integer below m is Lemire's multiply-shift with its
@@ -51,50 +54,15 @@
 #include <utility>
 #include <vector>
 
+#include "negative_sampling_common.h"
 #include "prefetch.h"
 
 namespace pyg_edgedot {
 namespace {
 
-constexpr uint64_t kGamma = 0x9E3779B97F4A7C15ULL;       // splitmix64's increment
-constexpr uint64_t kStreamStep = 0xD1B54A32D192ED03ULL;  // odd: distinct stream keys
-constexpr uint64_t kRankStream = 0, kBucketStream = 1, kShuffleStream = 2;
+using namespace negsample;
+
 constexpr int64_t kGrain = 1 << 14;                      // elements per parallel task, at least
-constexpr int64_t kInCacheShuffle = 1 << 16;             // keys Fisher-Yates shuffles directly
-constexpr int64_t kBucketTarget = 1 << 12;               // keys per bucket of the permutation
-
-PYG_EDGEDOT_INLINE uint64_t mix64(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-  return z ^ (z >> 31);
-}
-
-struct Stream {
-  uint64_t key;
-
-  Stream(int64_t seed, uint64_t stream)
-      : key(mix64(mix64(static_cast<uint64_t>(seed)) + stream * kStreamStep)) {}
-
-  PYG_EDGEDOT_INLINE uint64_t bits(uint64_t counter) const {
-    return mix64(key + (counter + 1) * kGamma);
-  }
-
-  // Uniform in [0, m), m >= 1: the high word of bits * m, rejecting the low words below
-  // 2^64 mod m (Lemire, "Fast random integer generation in an interval", 2019).
-  PYG_EDGEDOT_INLINE uint64_t below(uint64_t counter, uint64_t m) const {
-    unsigned __int128 product = static_cast<unsigned __int128>(bits(counter)) * m;
-    uint64_t low = static_cast<uint64_t>(product);
-    if (low < m) {
-      const uint64_t threshold = (0 - m) % m;
-      for (uint64_t attempt = 1; low < threshold; ++attempt) {
-        const uint64_t retry_key = mix64(key ^ (attempt * kStreamStep));
-        product = static_cast<unsigned __int128>(mix64(retry_key + (counter + 1) * kGamma)) * m;
-        low = static_cast<uint64_t>(product);
-      }
-    }
-    return static_cast<uint64_t>(product >> 64);
-  }
-};
 
 // An uninitialized int64 buffer (a std::vector would zero it: one more pass over memory).
 struct Buffer {
@@ -102,14 +70,6 @@ struct Buffer {
   explicit Buffer(int64_t n) : data(new int64_t[std::max<int64_t>(n, 1)]) {}
   int64_t* get() const { return data.get(); }
 };
-
-int bit_width(int64_t values_below) {  // bits of the largest value below values_below
-  int bits = 0;
-  for (uint64_t v = static_cast<uint64_t>(std::max<int64_t>(values_below, 1) - 1); v; v >>= 1) {
-    ++bits;
-  }
-  return bits;
-}
 
 // out[i] = a uniform rank in [0, m) from counter first_counter + i of the rank stream.
 void draw_ranks(int64_t* out, int64_t n, const Stream& ranks, int64_t first_counter, int64_t m) {
@@ -198,7 +158,7 @@ PYG_EDGEDOT_INLINE int64_t skip_not_above(const int64_t* adj, int64_t num_adj, i
     }
     lo = probe + 1;
   }
-  return std::upper_bound(adj + lo, adj + hi, r) - adj;
+  return upper_bound(adj, lo, hi, r);
 }
 
 // One merge of sorted ranks with adj: keys[i] = ranks[i] + j, j = #{adj <= ranks[i]}. Each
@@ -225,7 +185,7 @@ void ranks_to_keys(const int64_t* ranks, int64_t* keys, int64_t n, const int64_t
                    int64_t num_adj) {
   at::parallel_for(0, n, kGrain, [&](int64_t begin, int64_t end) {
     const auto count_not_above = [&](int64_t r) {
-      return std::upper_bound(adj, adj + num_adj, r) - adj;
+      return upper_bound(adj, 0, num_adj, r);
     };
     const int64_t first = count_not_above(ranks[begin]);
     const int64_t last = count_not_above(ranks[end - 1]);
@@ -260,7 +220,8 @@ void ranks_to_keys(const int64_t* ranks, int64_t* keys, int64_t n, const int64_t
 void fisher_yates(int64_t* data, int64_t n, int64_t keep, const Stream& shuffle,
                   int64_t first_counter) {
   for (int64_t i = 0; i < std::min(keep, n - 1); ++i) {
-    const int64_t j = i + static_cast<int64_t>(shuffle.below(first_counter + i, n - i));
+    const int64_t j = fisher_yates_target(shuffle, first_counter + i, first_counter + n) -
+                      first_counter;
     std::swap(data[i], data[j]);
   }
 }
@@ -275,8 +236,7 @@ int64_t* shuffle(int64_t* data, int64_t* scratch, int64_t n, int64_t keep, int64
     fisher_yates(data, n, keep, fy, 0);
     return data;
   }
-  int log_buckets = 0;
-  while ((int64_t{1} << log_buckets) * kBucketTarget < n) ++log_buckets;
+  const int log_buckets = log_bucket_count(n);
   const int64_t buckets = int64_t{1} << log_buckets;
   const Stream label(seed, kBucketStream);
   const int drop = 64 - log_buckets;
@@ -288,7 +248,7 @@ int64_t* shuffle(int64_t* data, int64_t* scratch, int64_t n, int64_t keep, int64
     for (int64_t part = first; part < last; ++part) {
       int64_t* count = offset.data() + part * buckets;
       const int64_t end = std::min(n, (part + 1) * part_size);
-      for (int64_t i = part * part_size; i < end; ++i) ++count[label.bits(i) >> drop];
+      for (int64_t i = part * part_size; i < end; ++i) ++count[bucket_of(label, i, drop)];
     }
   });
   std::vector<int64_t> bucket_start(buckets + 1);
@@ -307,7 +267,7 @@ int64_t* shuffle(int64_t* data, int64_t* scratch, int64_t n, int64_t keep, int64
       int64_t* next = offset.data() + part * buckets;
       const int64_t end = std::min(n, (part + 1) * part_size);
       for (int64_t i = part * part_size; i < end; ++i) {
-        scratch[next[label.bits(i) >> drop]++] = data[i];
+        scratch[next[bucket_of(label, i, drop)]++] = data[i];
       }
     }
   });
@@ -325,47 +285,6 @@ int64_t* shuffle(int64_t* data, int64_t* scratch, int64_t n, int64_t keep, int64
 // ---------------------------------------------------------------------------------------
 // Keys -> pairs (the three key spaces of pyg_edgedot/ops/negative_sampling.py)
 // ---------------------------------------------------------------------------------------
-
-enum class Mode { kDirected, kNoLoops, kUndirected };
-
-// floor(a / b) for 0 <= a < 2^62, b >= 1: a float64 estimate, exact division only where the
-// estimate is off (64-bit division is ~10x slower).
-PYG_EDGEDOT_INLINE int64_t divide(int64_t a, int64_t b, double inverse) {
-  const int64_t q = static_cast<int64_t>(static_cast<double>(a) * inverse);
-  const int64_t rest = a - q * b;
-  return (rest >= 0 && rest < b) ? q : a / b;
-}
-
-// First key of row i of the strict upper triangle of n nodes: i * (2n - i - 1) / 2, without
-// overflow (one factor is even).
-PYG_EDGEDOT_INLINE int64_t tri_row_start(int64_t row, int64_t n) {
-  const int64_t other = 2 * n - row - 1;
-  return row % 2 == 0 ? (row / 2) * other : row * (other / 2);
-}
-
-struct Decoder {
-  int64_t num_nodes, width;  // width: keys per source row (directed, no_loops)
-  double inverse;            // 1 / width
-
-  template <Mode mode>
-  PYG_EDGEDOT_INLINE void decode(int64_t key, int64_t& src, int64_t& dst) const {
-    if (mode == Mode::kUndirected) {
-      // The quadratic formula in float64, then exact steps to the right row.
-      const double b = 2.0 * static_cast<double>(num_nodes) - 1.0;
-      const double disc = std::max(0.0, b * b - 8.0 * static_cast<double>(key));
-      int64_t row = static_cast<int64_t>(std::floor((b - std::sqrt(disc)) / 2.0));
-      row = std::clamp<int64_t>(row, 0, num_nodes - 2);
-      while (row > 0 && tri_row_start(row, num_nodes) > key) --row;
-      while (row < num_nodes - 2 && tri_row_start(row + 1, num_nodes) <= key) ++row;
-      src = row;
-      dst = key - tri_row_start(row, num_nodes) + row + 1;
-      return;
-    }
-    src = divide(key, width, inverse);
-    const int64_t col = key - src * width;
-    dst = (mode == Mode::kNoLoops && col >= src) ? col + 1 : col;
-  }
-};
 
 // out [2, columns]: pair t of keys[0, count) in column t; undirected: its mirror in column
 // count + t.
@@ -388,13 +307,6 @@ void write_pairs(const int64_t* keys, int64_t count, const Decoder decoder, inde
   });
 }
 
-// n i.i.d. draws from m values hit ~m(1 - e^{-n/m}) distinct ones, so n = -m log(1 - k/m)
-// expects k; + 4 sqrt(k) + 8 covers the spread (the same count as the Python path's).
-int64_t iid_draw_count(int64_t want, int64_t free) {
-  const double w = static_cast<double>(want), f = static_cast<double>(free);
-  return static_cast<int64_t>(std::ceil(-f * std::log1p(-w / f) + 4.0 * std::sqrt(w) + 8.0));
-}
-
 // Sorted distinct ranks, at least `count` of them (count < M / 4): i.i.d. rounds (see the top
 // of the file). Returns the buffer holding them, their number and a scratch of that size.
 struct Held {
@@ -412,13 +324,8 @@ Held draw_distinct(int64_t num_ranks, int64_t count, int64_t seed, int64_t first
   held.sorted = radix_sort(held.ranks.get(), held.scratch.get(), draws, bits);
   held.size = std::unique(held.sorted, held.sorted + draws) - held.sorted;
   int64_t used = draws;  // rank-stream counters used so far
-  while (held.size < count) {
-    // More i.i.d. ranks of [0, M): a draw lands outside the held ones with probability
-    // (M - held) / M > 3/4.
-    const int64_t free = num_ranks - held.size;
-    draws = static_cast<int64_t>(std::ceil(
-        static_cast<double>(iid_draw_count(count - held.size, free)) *
-        static_cast<double>(num_ranks) / static_cast<double>(free)));
+  for (int round = 1; held.size < count; ++round) {
+    draws = top_up_draw_count(count, held.size, num_ranks, round);
     Buffer more(draws), more_scratch(draws);
     draw_ranks(more.get(), draws, rank_stream, used, num_ranks);
     used += draws;
@@ -433,44 +340,14 @@ Held draw_distinct(int64_t num_ranks, int64_t count, int64_t seed, int64_t first
   return held;
 }
 
-Mode parse_mode(c10::string_view mode) {
-  if (mode == "directed") return Mode::kDirected;
-  if (mode == "no_loops") return Mode::kNoLoops;
-  TORCH_CHECK(mode == "undirected", "negative_sample: mode must be 'directed', 'no_loops' or "
-              "'undirected' (got '", std::string(mode.data(), mode.size()), "')");
-  return Mode::kUndirected;
-}
-
 at::Tensor negative_sample_cpu(const at::Tensor& excluded_adj, int64_t num_ranks, int64_t count,
                                int64_t seed, bool replace, c10::string_view mode_name,
                                int64_t num_src_nodes, int64_t num_dst_nodes,
                                at::ScalarType dtype, int64_t first_round) {
-  const char* op = "negative_sample";
-  const Mode mode = parse_mode(mode_name);
-  TORCH_CHECK(excluded_adj.dim() == 1 && excluded_adj.scalar_type() == at::kLong, op,
-              ": excluded_adj must be a 1-D int64 tensor (got ", excluded_adj.dim(), "-D ",
-              excluded_adj.scalar_type(), ")");
-  TORCH_CHECK(dtype == at::kInt || dtype == at::kLong, op, ": dtype must be int32 or int64 (got ",
-              dtype, ")");
-  TORCH_CHECK(num_src_nodes >= 0 && num_dst_nodes >= 0 && num_ranks >= 0 && count >= 0 &&
-                  first_round >= -1,
-              op, ": num_src_nodes, num_dst_nodes, num_ranks and count must be >= 0 and "
-              "first_round >= -1 (got ", num_src_nodes, ", ", num_dst_nodes, ", ", num_ranks,
-              ", ", count, ", ", first_round, ")");
-  const __int128 width = mode == Mode::kNoLoops ? num_dst_nodes - 1 : num_dst_nodes;
-  const __int128 num_keys = mode == Mode::kUndirected
-                                ? static_cast<__int128>(num_src_nodes) * (num_src_nodes - 1) / 2
-                                : static_cast<__int128>(num_src_nodes) * std::max<__int128>(width, 0);
-  TORCH_CHECK(num_keys < (static_cast<__int128>(1) << 62) &&
-                  num_ranks + excluded_adj.numel() == static_cast<int64_t>(num_keys),
-              op, ": num_ranks + len(excluded_adj) must be the number of ",
-              std::string(mode_name.data(), mode_name.size()),
-              " keys of ", num_src_nodes, " x ", num_dst_nodes, " nodes (got ", num_ranks, " + ",
-              excluded_adj.numel(), ")");
-  TORCH_CHECK(count == 0 || (replace ? num_ranks > 0 : count <= num_ranks), op,
-              ": cannot draw ", count, replace ? " keys from " : " distinct keys from ",
-              num_ranks);
-  const int64_t columns = mode == Mode::kUndirected ? 2 * count : count;
+  const Plan plan = check_negative_sample(excluded_adj, num_ranks, count, replace, mode_name,
+                                          num_src_nodes, num_dst_nodes, dtype, first_round);
+  const Mode mode = plan.mode;
+  const int64_t columns = plan.columns;
   at::Tensor out = at::empty({2, columns}, excluded_adj.options().dtype(dtype));
   if (count == 0) return out;
 
@@ -499,8 +376,7 @@ at::Tensor negative_sample_cpu(const at::Tensor& excluded_adj, int64_t num_ranks
   }
   keys = shuffle(keys, scratch, held.size, count, seed);
 
-  const int64_t row_width = static_cast<int64_t>(std::max<__int128>(width, 1));
-  const Decoder decoder{num_src_nodes, row_width, 1.0 / static_cast<double>(row_width)};
+  const Decoder decoder = plan.decoder;
   AT_DISPATCH_INDEX_TYPES(dtype, "negative_sample", [&] {
     index_t* pairs = out.data_ptr<index_t>();
     if (mode == Mode::kDirected) {

@@ -6,12 +6,15 @@ Everything runs on ``edge_index``'s device (CPU or CUDA). The draw of
 :meth:`NegativeSampler.sample` (one graph) is the op ``negative_sample`` (schema in
 ``csrc/negative_sampling.cpp``; this module is its op group): on the CPU the fused C++ kernel
 (``csrc/cpu/negative_sampling_kernel.cpp``: radix sort, one merge, a cache-friendly
-shuffle), elsewhere, or without a compiled library, this module's pure-PyTorch path
-(:func:`_draw_keys`), registered as the op's fallback; :mod:`pyg_edgedot._backend` decides
-which. The op draws from one int64 seed taken from torch's generator (``generator=``, else
-the default CPU generator), so ``torch.manual_seed`` reproduces a draw on either path; the
-two paths give different draws for the same seed, from the same distribution. The batched
-and structured samplers are pure PyTorch.
+shuffle), on CUDA the CUDA kernel (``csrc/cuda/negative_sampling_kernel.cu``: the same draws
+by radix sorts, binary searches and a parallel reconstruction of the shuffle), and without
+a compiled library for the device this module's pure-PyTorch path (:func:`_draw_keys`),
+registered as the op's fallback; :mod:`pyg_edgedot._backend` decides which. The op draws
+from one int64 seed taken from torch's generator (``generator=``, else the default CPU
+generator), so ``torch.manual_seed`` reproduces a draw on every path. For the same seed the
+two kernels give the same draws, bit for bit, on either device; the pure-PyTorch path gives
+different draws from the same distribution. The batched and structured samplers are pure
+PyTorch.
 
 How it works (no rejection loop)
 --------------------------------
@@ -29,11 +32,12 @@ because exactly the ``e_i`` with ``e_i - i <= r`` lie below the answer. So sampl
 negatives is sampling ranks in ``[0, M)``: every rank is a non-edge, nothing is rejected,
 and the count is exact whenever ``M`` holds it. Cost: ``O(E log E)`` once to sort the
 excluded keys (kept by :class:`NegativeSampler`), then ``O(k log k + k log E)`` for ``k``
-draws (the C++ kernel: linear passes, ``O(k + E)``); memory ``O(E + k)`` (never ``O(N^2)``;
+draws (the C++ kernel: linear passes, ``O(k + E)``; the CUDA kernel: radix sorts and one
+binary search per draw); memory ``O(E + k)`` (never ``O(N^2)``;
 PyG's ``method="dense"`` asks 931 GiB at one million nodes).
 
 Distinct ranks, uniformly, in random order: see :func:`_draw_distinct` (and the C++
-kernel's header for its own argument).
+kernel's header for its own argument, which the CUDA kernel's draws share).
 """
 import math
 import operator
@@ -49,7 +53,7 @@ __all__ = ["NegativeSampler", "negative_sampling", "batched_negative_sampling",
            "structured_negative_sampling", "structured_negative_sampling_feasible"]
 
 NAME = "negative_sampling"  # the op group: csrc/negative_sampling.cpp
-KERNELS = ("cpu",)         # a C++ kernel, no CUDA one (see pyg_edgedot._backend)
+KERNELS = ("cpu", "cuda")  # C++ and CUDA kernels (see pyg_edgedot._backend)
 
 NumNodes = Union[int, Tuple[int, int]]
 
@@ -412,8 +416,9 @@ def _negative_sample_fallback(excluded_adj: Tensor, num_ranks: int, count: int, 
                               replace: bool, mode: str, num_src_nodes: int,
                               num_dst_nodes: int, dtype: torch.dtype,
                               first_round: int = -1) -> Tensor:
-    """``negative_sample`` in pure PyTorch (any device): the draw from a torch generator
-    seeded with ``seed``."""
+    """``negative_sample`` in pure PyTorch (any device without a compiled kernel): the draw
+    from a torch generator seeded with ``seed`` (not the kernels' counter-based generator:
+    the same distribution, other draws)."""
     generator = torch.Generator(device=excluded_adj.device)
     generator.manual_seed(seed)
     keys = _draw_keys(excluded_adj, num_ranks, count, replace, generator, first_round)
@@ -421,8 +426,8 @@ def _negative_sample_fallback(excluded_adj: Tensor, num_ranks: int, count: int, 
 
 
 def _negative_sample(*args) -> Tensor:
-    """The registered op: the C++ kernel or the fallback, as the backend table says (the
-    tests swap in the fallback here to run both)."""
+    """The registered op: the device's kernel (C++ or CUDA) or the fallback, as the backend
+    table says (the tests swap in the fallback here to run both)."""
     return torch.ops.pyg_edgedot.negative_sample(*args)
 
 

@@ -1,0 +1,372 @@
+// CUDA kernel of negative_sample (schema in csrc/negative_sampling.cpp): the CPU kernel's draw
+// (csrc/cpu/negative_sampling_kernel.cpp), bit for bit, computed by parallel steps. Every
+// random number of the CPU kernel belongs to a position (a counter of
+// negative_sampling_common.h's generator), so this kernel draws the same numbers; the
+// sequential parts of the CPU kernel become sorts:
+//
+//   1. ranks: i.i.d. uniform in [0, M), rank stream counters 0, 1, ... (one thread each);
+//   2. sorted by CUB's radix sort on the bits M needs; replace=False: DeviceSelect::Unique,
+//      then the CPU kernel's top-up rounds (same sizes, same counters: the number of
+//      distinct ranks held is read back once per round), each merged by a sort + unique;
+//      dense requests (count >= M / 4) take the whole complement, as on the CPU;
+//   3. rank r -> key r + #{i : adj_i <= r}: one binary search per thread (the CPU merges);
+//   4. the permutation: for more than kInCacheShuffle keys, every key's bucket from the bucket
+//      stream and a stable radix sort by bucket (= the CPU's stable scatter); then the
+//      Fisher-Yates shuffle of each bucket (or of the whole array), reproduced in parallel:
+//      step g swaps g with j_g = g + below(g, end - g) (the CPU's draw at counter g), and the
+//      key that ends at position i is found by following writers back in time:
+//        out[i] = V(j_i, i),  V(p, t) = the key at p before step t
+//        V(p, t) = V(k, k) for k = the last step before t with j_k = p, else keys[p].
+//      One stable sort of the steps by target gives, for every step, the previous step with
+//      the same target (prev) and, for every position p, the last step k < p targeting it
+//      (last); then out[i] = keys[j_i] if prev[i] < 0, else keys[k] at the end of the chain
+//      k = prev[i], k = last[k], ... (strictly decreasing; 0.5 links per key on average);
+//   5. the first `count` keys of the permutation decoded into pairs (the same decoder).
+// Sizes and int64 overflow are checked by the shared check_negative_sample, and the top-up
+// rounds are bounded (kMaxTopUpRounds), as on the CPU.
+//
+// Host syncs: one per round of a sparse replace=False draw (its distinct count), and one for
+// the permutation's last used bucket when more than kInCacheShuffle keys are held and count
+// is fewer; a replace=True draw has none.
+#include <ATen/ATen.h>
+#include <ATen/Dispatch.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <torch/library.h>
+
+#include <cub/cub.cuh>
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <tuple>
+#include <type_traits>
+
+#include "negative_sampling_common.h"
+
+namespace pyg_edgedot {
+namespace {
+
+using namespace negsample;
+
+constexpr int kThreads = 256;
+constexpr int64_t kMaxBlocks = int64_t{1} << 20;  // grid-stride loops beyond
+
+#define PYG_EDGEDOT_GRID_LOOP(i, n)                                                    \
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); \
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+
+template <typename Kernel, typename... Args>
+void launch(Kernel kernel, int64_t n, cudaStream_t stream, Args... args) {
+  if (n <= 0) return;
+  const int64_t blocks = std::min<int64_t>((n + kThreads - 1) / kThreads, kMaxBlocks);
+  kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(args...);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+// ---------------------------------------------------------------------------------------
+// Kernels
+// ---------------------------------------------------------------------------------------
+
+// out[i] = a uniform rank in [0, m) from counter first_counter + i of the rank stream.
+__global__ void draw_ranks_kernel(int64_t* __restrict__ out, int64_t n, Stream ranks,
+                                  int64_t first_counter, int64_t m) {
+  PYG_EDGEDOT_GRID_LOOP(i, n) {
+    out[i] = static_cast<int64_t>(ranks.below(static_cast<uint64_t>(first_counter + i),
+                                              static_cast<uint64_t>(m)));
+  }
+}
+
+__global__ void rank_to_key_kernel(const int64_t* __restrict__ ranks, int64_t* __restrict__ keys,
+                                   int64_t n, const int64_t* __restrict__ adj, int64_t num_adj) {
+  PYG_EDGEDOT_GRID_LOOP(i, n) { keys[i] = rank_to_key(adj, num_adj, ranks[i]); }
+}
+
+// The permutation's bucket of every position (log_buckets <= 31 bits).
+__global__ void bucket_kernel(uint32_t* __restrict__ label, int64_t n, Stream stream, int drop) {
+  PYG_EDGEDOT_GRID_LOOP(i, n) { label[i] = static_cast<uint32_t>(bucket_of(stream, i, drop)); }
+}
+
+// bucket_end[b] = one past the last position of bucket b in the bucket-sorted order (left
+// unset for an empty bucket, which no position reads).
+template <typename pos_t>
+__global__ void bucket_end_kernel(const uint32_t* __restrict__ sorted_label, int64_t n,
+                                  pos_t* __restrict__ bucket_end) {
+  PYG_EDGEDOT_GRID_LOOP(g, n) {
+    if (g + 1 == n || sorted_label[g + 1] != sorted_label[g]) {
+      bucket_end[sorted_label[g]] = static_cast<pos_t>(g + 1);
+    }
+  }
+}
+
+// Fisher-Yates targets of positions [0, span): j[g] = g + below(g, end - g) where the CPU's
+// shuffle takes a step at g, else g; position[g] = g (the payload of the sort by target).
+// One run (sorted_label null): [0, run_end), steps at g < steps_end. Buckets: the run of g
+// is its bucket, ending at bucket_end[sorted_label[g]], with a step at every position but
+// the bucket's last.
+template <typename pos_t>
+__global__ void targets_kernel(pos_t* __restrict__ target, pos_t* __restrict__ position,
+                               int64_t span, Stream shuffle, int64_t run_end, int64_t steps_end,
+                               const uint32_t* __restrict__ sorted_label,
+                               const pos_t* __restrict__ bucket_end) {
+  PYG_EDGEDOT_GRID_LOOP(g, span) {
+    int64_t end = run_end, limit = steps_end;
+    if (sorted_label != nullptr) {
+      end = bucket_end[sorted_label[g]];
+      limit = end - 1;
+    }
+    target[g] = static_cast<pos_t>(g < limit ? fisher_yates_target(shuffle, g, end) : g);
+    position[g] = static_cast<pos_t>(g);
+  }
+}
+
+// From the steps sorted by (target, position): prev[k], the previous step with k's target
+// (-1: none), and last[p], the last step k < p with target p (left at -1: none). A target's
+// steps k all satisfy k <= p; k == p (no swap, or no step) sorts last and is not a writer.
+template <typename pos_t>
+__global__ void link_kernel(const pos_t* __restrict__ sorted_target,
+                            const pos_t* __restrict__ sorted_position, int64_t span,
+                            pos_t* __restrict__ prev, pos_t* __restrict__ last) {
+  PYG_EDGEDOT_GRID_LOOP(q, span) {
+    const pos_t p = sorted_target[q], k = sorted_position[q];
+    prev[k] = (q > 0 && sorted_target[q - 1] == p) ? sorted_position[q - 1] : pos_t(-1);
+    if (k != p && (q + 1 == span || sorted_target[q + 1] != p || sorted_position[q + 1] == p)) {
+      last[p] = k;
+    }
+  }
+}
+
+// Output column t < count: the key the permutation puts at position t (see the top of the
+// file), decoded; "undirected" also writes its mirror in column count + t.
+template <Mode mode, typename index_t, typename pos_t>
+__global__ void pairs_kernel(const int64_t* __restrict__ data, const pos_t* __restrict__ target,
+                             const pos_t* __restrict__ prev, const pos_t* __restrict__ last,
+                             int64_t count, Decoder decoder, index_t* __restrict__ out,
+                             int64_t columns) {
+  PYG_EDGEDOT_GRID_LOOP(t, count) {
+    int64_t from = prev[t];
+    if (from < 0) {
+      from = target[t];
+    } else {
+      for (int64_t w = last[from]; w >= 0; w = last[w]) from = w;
+    }
+    int64_t src, dst;
+    decoder.decode<mode>(data[from], src, dst);
+    out[t] = static_cast<index_t>(src);
+    out[columns + t] = static_cast<index_t>(dst);
+    if (mode == Mode::kUndirected) {
+      out[count + t] = static_cast<index_t>(dst);
+      out[columns + count + t] = static_cast<index_t>(src);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Sorts (CUB), on the bits the values need
+// ---------------------------------------------------------------------------------------
+
+template <typename T>
+using Bits = std::make_unsigned_t<T>;
+
+// values[0, n) in [0, 2^bits), sorted ascending (the input when there is nothing to sort).
+at::Tensor sort_keys(const at::Tensor& values, int64_t n, int bits, cudaStream_t stream) {
+  if (n < 2 || bits == 0) return values;
+  at::Tensor out = at::empty({n}, values.options());
+  const auto* in = reinterpret_cast<const uint64_t*>(values.const_data_ptr<int64_t>());
+  auto* sorted = reinterpret_cast<uint64_t*>(out.mutable_data_ptr<int64_t>());
+  size_t temp_bytes = 0;
+  C10_CUDA_CHECK(cub::DeviceRadixSort::SortKeys(nullptr, temp_bytes, in, sorted, n, 0, bits,
+                                                stream));
+  at::Tensor temp = at::empty({static_cast<int64_t>(temp_bytes)},
+                              values.options().dtype(at::kByte));
+  C10_CUDA_CHECK(cub::DeviceRadixSort::SortKeys(temp.mutable_data_ptr(), temp_bytes, in, sorted,
+                                                n, 0, bits, stream));
+  return out;
+}
+
+// (keys, values)[0, n) sorted by key (keys in [0, 2^bits)), stably: equal keys keep their
+// values' order. Returns the inputs when there is nothing to sort.
+template <typename key_t, typename value_t>
+std::tuple<at::Tensor, at::Tensor> sort_pairs(const at::Tensor& keys, const at::Tensor& values,
+                                              int64_t n, int bits, cudaStream_t stream) {
+  if (n < 2 || bits == 0) return {keys, values};
+  at::Tensor keys_out = at::empty_like(keys), values_out = at::empty_like(values);
+  const auto* k_in = reinterpret_cast<const Bits<key_t>*>(keys.const_data_ptr<key_t>());
+  auto* k_out = reinterpret_cast<Bits<key_t>*>(keys_out.mutable_data_ptr<key_t>());
+  const value_t* v_in = values.const_data_ptr<value_t>();
+  value_t* v_out = values_out.mutable_data_ptr<value_t>();
+  size_t temp_bytes = 0;
+  C10_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, k_in, k_out, v_in, v_out,
+                                                 n, 0, bits, stream));
+  at::Tensor temp = at::empty({static_cast<int64_t>(temp_bytes)},
+                              keys.options().dtype(at::kByte));
+  C10_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp.mutable_data_ptr(), temp_bytes, k_in,
+                                                 k_out, v_in, v_out, n, 0, bits, stream));
+  return {keys_out, values_out};
+}
+
+// The distinct values of sorted[0, n) in order, and how many (read back: a host sync).
+std::tuple<at::Tensor, int64_t> unique_sorted(const at::Tensor& sorted, int64_t n,
+                                              cudaStream_t stream) {
+  if (n < 2) return {sorted, n};
+  at::Tensor out = at::empty({n}, sorted.options());
+  at::Tensor num = at::empty({1}, sorted.options());
+  const int64_t* in = sorted.const_data_ptr<int64_t>();
+  size_t temp_bytes = 0;
+  C10_CUDA_CHECK(cub::DeviceSelect::Unique(nullptr, temp_bytes, in, out.mutable_data_ptr<int64_t>(),
+                                           num.mutable_data_ptr<int64_t>(), n, stream));
+  at::Tensor temp = at::empty({static_cast<int64_t>(temp_bytes)},
+                              sorted.options().dtype(at::kByte));
+  C10_CUDA_CHECK(cub::DeviceSelect::Unique(temp.mutable_data_ptr(), temp_bytes, in,
+                                           out.mutable_data_ptr<int64_t>(),
+                                           num.mutable_data_ptr<int64_t>(), n, stream));
+  const int64_t size = num.item<int64_t>();
+  return {out.narrow(0, 0, size), size};
+}
+
+// ---------------------------------------------------------------------------------------
+// The draw
+// ---------------------------------------------------------------------------------------
+
+at::Tensor draw(int64_t n, const Stream& ranks, int64_t first_counter, int64_t num_ranks,
+                const at::TensorOptions& options, cudaStream_t stream) {
+  at::Tensor out = at::empty({n}, options);
+  launch(draw_ranks_kernel, n, stream, out.mutable_data_ptr<int64_t>(), n, ranks, first_counter,
+         num_ranks);
+  return out;
+}
+
+// Sorted distinct ranks, at least `count` of them (count < M / 4): the CPU kernel's rounds
+// (draw_distinct), the same sizes and counters, so the same set.
+at::Tensor draw_distinct(int64_t num_ranks, int64_t count, int64_t seed, int64_t first_round,
+                         const at::TensorOptions& options, cudaStream_t stream) {
+  const Stream rank_stream(seed, kRankStream);
+  const int bits = bit_width(num_ranks);
+  int64_t draws = first_round >= 0 ? first_round : iid_draw_count(count, num_ranks);
+  at::Tensor held;
+  int64_t size;
+  std::tie(held, size) = unique_sorted(
+      sort_keys(draw(draws, rank_stream, 0, num_ranks, options, stream), draws, bits, stream),
+      draws, stream);
+  int64_t used = draws;  // rank-stream counters used so far
+  for (int round = 1; size < count; ++round) {
+    draws = top_up_draw_count(count, size, num_ranks, round);
+    at::Tensor both = at::cat({held, draw(draws, rank_stream, used, num_ranks, options, stream)});
+    used += draws;
+    std::tie(held, size) =
+        unique_sorted(sort_keys(both, both.numel(), bits, stream), both.numel(), stream);
+  }
+  return held;
+}
+
+template <Mode mode, typename index_t, typename pos_t>
+void write_pairs(const at::Tensor& data, const at::Tensor& target, const at::Tensor& prev,
+                 const at::Tensor& last, int64_t count, const Decoder& decoder, at::Tensor& out,
+                 int64_t columns, cudaStream_t stream) {
+  launch(pairs_kernel<mode, index_t, pos_t>, count, stream, data.const_data_ptr<int64_t>(),
+         target.const_data_ptr<pos_t>(), prev.const_data_ptr<pos_t>(),
+         last.const_data_ptr<pos_t>(), count, decoder, out.mutable_data_ptr<index_t>(), columns);
+}
+
+// out = the pairs of the first `count` keys of the CPU kernel's permutation of keys[0, n)
+// (shuffle(): buckets for n > kInCacheShuffle, Fisher-Yates), positions of type pos_t.
+template <typename pos_t>
+void permute_and_write(const at::Tensor& keys, int64_t n, int64_t count, int64_t seed,
+                       const Plan& plan, at::Tensor& out, cudaStream_t stream) {
+  const at::TensorOptions pos_options =
+      keys.options().dtype(sizeof(pos_t) == 4 ? at::kInt : at::kLong);
+  const Stream fy(seed, kShuffleStream);
+  at::Tensor data = keys, sorted_label, bucket_end;
+  int64_t span = n;                                    // positions the shuffle touches
+  const int64_t steps_end = std::min(count, n - 1);    // one run: its steps
+  if (n > kInCacheShuffle) {
+    const int log_buckets = log_bucket_count(n);
+    TORCH_CHECK(log_buckets <= 31, "negative_sample: too many keys to permute (", n, ")");
+    at::Tensor label = at::empty({n}, keys.options().dtype(at::kInt));
+    launch(bucket_kernel, n, stream, reinterpret_cast<uint32_t*>(label.mutable_data_ptr<int>()),
+           n, Stream(seed, kBucketStream), 64 - log_buckets);
+    std::tie(sorted_label, data) = sort_pairs<int32_t, int64_t>(label, keys, n, log_buckets,
+                                                                stream);
+    bucket_end = at::empty({int64_t{1} << log_buckets}, pos_options);
+    launch(bucket_end_kernel<pos_t>, n, stream,
+           reinterpret_cast<const uint32_t*>(sorted_label.const_data_ptr<int>()), n,
+           bucket_end.mutable_data_ptr<pos_t>());
+    if (count < n) {  // the buckets past the one holding position count - 1 are not needed
+      span = bucket_end.index_select(0, sorted_label.narrow(0, count - 1, 1).to(at::kLong))
+                 .item<int64_t>();
+    }
+  }
+  at::Tensor target = at::empty({span}, pos_options), position = at::empty({span}, pos_options);
+  launch(targets_kernel<pos_t>, span, stream, target.mutable_data_ptr<pos_t>(),
+         position.mutable_data_ptr<pos_t>(), span, fy, n, steps_end,
+         sorted_label.defined()
+             ? reinterpret_cast<const uint32_t*>(sorted_label.const_data_ptr<int>())
+             : nullptr,
+         bucket_end.defined() ? bucket_end.const_data_ptr<pos_t>() : nullptr);
+  at::Tensor sorted_target, sorted_position;
+  std::tie(sorted_target, sorted_position) =
+      sort_pairs<pos_t, pos_t>(target, position, span, bit_width(span), stream);
+  at::Tensor prev = at::empty({span}, pos_options);
+  at::Tensor last = at::full({span}, -1, pos_options);
+  launch(link_kernel<pos_t>, span, stream, sorted_target.const_data_ptr<pos_t>(),
+         sorted_position.const_data_ptr<pos_t>(), span, prev.mutable_data_ptr<pos_t>(),
+         last.mutable_data_ptr<pos_t>());
+  AT_DISPATCH_INDEX_TYPES(out.scalar_type(), "negative_sample", [&] {
+    if (plan.mode == Mode::kDirected) {
+      write_pairs<Mode::kDirected, index_t, pos_t>(data, target, prev, last, count, plan.decoder,
+                                                   out, plan.columns, stream);
+    } else if (plan.mode == Mode::kNoLoops) {
+      write_pairs<Mode::kNoLoops, index_t, pos_t>(data, target, prev, last, count, plan.decoder,
+                                                  out, plan.columns, stream);
+    } else {
+      write_pairs<Mode::kUndirected, index_t, pos_t>(data, target, prev, last, count,
+                                                     plan.decoder, out, plan.columns, stream);
+    }
+  });
+}
+
+at::Tensor negative_sample_cuda(const at::Tensor& excluded_adj, int64_t num_ranks, int64_t count,
+                                int64_t seed, bool replace, c10::string_view mode_name,
+                                int64_t num_src_nodes, int64_t num_dst_nodes,
+                                at::ScalarType dtype, int64_t first_round) {
+  const Plan plan = check_negative_sample(excluded_adj, num_ranks, count, replace, mode_name,
+                                          num_src_nodes, num_dst_nodes, dtype, first_round);
+  const c10::cuda::CUDAGuard guard(excluded_adj.device());
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  at::Tensor out = at::empty({2, plan.columns}, excluded_adj.options().dtype(dtype));
+  if (count == 0) return out;
+
+  const at::Tensor adj = excluded_adj.contiguous();
+  const at::TensorOptions options = adj.options();
+  at::Tensor ranks;  // sorted ascending
+  if (replace) {
+    ranks = sort_keys(draw(count, Stream(seed, kRankStream), 0, num_ranks, options, stream),
+                      count, bit_width(num_ranks), stream);
+  } else if (count >= (num_ranks + 3) / 4) {  // count >= M / 4: the whole complement
+    ranks = at::arange(num_ranks, options);
+  } else {
+    ranks = draw_distinct(num_ranks, count, seed, first_round, options, stream);
+  }
+  const int64_t n = ranks.numel();
+  at::Tensor keys = ranks;
+  if (adj.numel() > 0) {
+    keys = at::empty({n}, options);
+    launch(rank_to_key_kernel, n, stream, ranks.const_data_ptr<int64_t>(),
+           keys.mutable_data_ptr<int64_t>(), n, adj.const_data_ptr<int64_t>(), adj.numel());
+  }
+  if (n <= std::numeric_limits<int32_t>::max()) {
+    permute_and_write<int32_t>(keys, n, count, seed, plan, out, stream);
+  } else {
+    permute_and_write<int64_t>(keys, n, count, seed, plan, out, stream);
+  }
+  return out;
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(pyg_edgedot, CUDA, m) {
+  m.impl("negative_sample", &negative_sample_cuda);
+}
+
+}  // namespace pyg_edgedot

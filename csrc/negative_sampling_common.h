@@ -1,0 +1,244 @@
+// What the CPU and CUDA kernels of negative_sample share (schema in
+// csrc/negative_sampling.cpp): the argument checks, the counter-based generator, the per-element
+// math (rank -> key, the Fisher-Yates targets and buckets of the permutation, key -> pair) and
+// the sizes of the draw's rounds. The per-element functions are __host__ __device__, so the
+// CPU kernel (and its tests) run the very code the CUDA kernel runs, and for the same
+// arguments both kernels compute the same numbers: the same draws, bit for bit.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+
+#if defined(__CUDACC__)
+#define PYG_EDGEDOT_HD __host__ __device__ __forceinline__
+#else
+#define PYG_EDGEDOT_HD inline __attribute__((always_inline))
+#endif
+
+namespace pyg_edgedot {
+namespace negsample {
+
+constexpr uint64_t kGamma = 0x9E3779B97F4A7C15ULL;       // splitmix64's increment
+constexpr uint64_t kStreamStep = 0xD1B54A32D192ED03ULL;  // odd: distinct stream keys
+constexpr uint64_t kRankStream = 0, kBucketStream = 1, kShuffleStream = 2;
+constexpr int64_t kInCacheShuffle = 1 << 16;             // keys Fisher-Yates shuffles directly
+constexpr int64_t kBucketTarget = 1 << 12;               // keys per bucket of the permutation
+constexpr int kMaxTopUpRounds = 64;  // each round adds >= 1 rank with prob. > 1 - 4^-8
+
+PYG_EDGEDOT_HD uint64_t mix64(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return z ^ (z >> 31);
+}
+
+// a * b as 128 bits: returns the high word, stores the low one.
+PYG_EDGEDOT_HD uint64_t mul_wide(uint64_t a, uint64_t b, uint64_t& low) {
+#if defined(__CUDA_ARCH__)
+  low = a * b;
+  return __umul64hi(a, b);
+#else
+  const unsigned __int128 product = static_cast<unsigned __int128>(a) * b;
+  low = static_cast<uint64_t>(product);
+  return static_cast<uint64_t>(product >> 64);
+#endif
+}
+
+// splitmix64 by counter: output c of stream s is
+//   mix64(key_s + (c + 1) * kGamma),  key_s = mix64(mix64(seed) + s * kStreamStep).
+struct Stream {
+  uint64_t key;
+
+  PYG_EDGEDOT_HD Stream(int64_t seed, uint64_t stream)
+      : key(mix64(mix64(static_cast<uint64_t>(seed)) + stream * kStreamStep)) {}
+
+  PYG_EDGEDOT_HD uint64_t bits(uint64_t counter) const {
+    return mix64(key + (counter + 1) * kGamma);
+  }
+
+  // Uniform in [0, m), m >= 1: the high word of bits * m, rejecting the low words below
+  // 2^64 mod m (Lemire, "Fast random integer generation in an interval", 2019). A rejected
+  // draw (probability < m / 2^64) retries from stream keys derived from `key`.
+  PYG_EDGEDOT_HD uint64_t below(uint64_t counter, uint64_t m) const {
+    uint64_t low;
+    uint64_t high = mul_wide(bits(counter), m, low);
+    if (low < m) {
+      const uint64_t threshold = (0 - m) % m;
+      for (uint64_t attempt = 1; low < threshold; ++attempt) {
+        const uint64_t retry_key = mix64(key ^ (attempt * kStreamStep));
+        high = mul_wide(mix64(retry_key + (counter + 1) * kGamma), m, low);
+      }
+    }
+    return high;
+  }
+};
+
+// The first index in [lo, hi) whose adj exceeds r (adj non-decreasing): std::upper_bound.
+PYG_EDGEDOT_HD int64_t upper_bound(const int64_t* adj, int64_t lo, int64_t hi, int64_t r) {
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    if (adj[mid] <= r) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  return lo;
+}
+
+// Rank r of the complement -> its key r + #{i : adj_i <= r}.
+PYG_EDGEDOT_HD int64_t rank_to_key(const int64_t* adj, int64_t num_adj, int64_t r) {
+  return r + upper_bound(adj, 0, num_adj, r);
+}
+
+// The permutation's Fisher-Yates step at position p of a run [.., end) swaps p with this
+// position of [p, end), drawn at counter p of the shuffle stream.
+PYG_EDGEDOT_HD int64_t fisher_yates_target(const Stream& shuffle, int64_t p, int64_t end) {
+  return p + static_cast<int64_t>(shuffle.below(static_cast<uint64_t>(p),
+                                                static_cast<uint64_t>(end - p)));
+}
+
+// The permutation's bucket of position i (of 2^(64 - drop) buckets), from the bucket stream.
+PYG_EDGEDOT_HD uint64_t bucket_of(const Stream& label, int64_t i, int drop) {
+  return label.bits(static_cast<uint64_t>(i)) >> drop;
+}
+
+// ---------------------------------------------------------------------------------------
+// Keys -> pairs (the three key spaces of pyg_edgedot/ops/negative_sampling.py)
+// ---------------------------------------------------------------------------------------
+
+enum class Mode { kDirected, kNoLoops, kUndirected };
+
+// floor(a / b) for 0 <= a < 2^62, b >= 1: a float64 estimate, exact division only where the
+// estimate is off (64-bit division is ~10x slower).
+PYG_EDGEDOT_HD int64_t divide(int64_t a, int64_t b, double inverse) {
+  const int64_t q = static_cast<int64_t>(static_cast<double>(a) * inverse);
+  const int64_t rest = a - q * b;
+  return (rest >= 0 && rest < b) ? q : a / b;
+}
+
+// First key of row i of the strict upper triangle of n nodes: i * (2n - i - 1) / 2, without
+// overflow (one factor is even).
+PYG_EDGEDOT_HD int64_t tri_row_start(int64_t row, int64_t n) {
+  const int64_t other = 2 * n - row - 1;
+  return row % 2 == 0 ? (row / 2) * other : row * (other / 2);
+}
+
+struct Decoder {
+  int64_t num_nodes, width;  // width: keys per source row (directed, no_loops)
+  double inverse;            // 1 / width
+
+  template <Mode mode>
+  PYG_EDGEDOT_HD void decode(int64_t key, int64_t& src, int64_t& dst) const {
+    if (mode == Mode::kUndirected) {
+      // The quadratic formula in float64 (correctly rounded sqrt: the same estimate on every
+      // device), then exact steps to the right row.
+      const double b = 2.0 * static_cast<double>(num_nodes) - 1.0;
+      const double d = b * b - 8.0 * static_cast<double>(key);
+      const double disc = 0.0 < d ? d : 0.0;
+      int64_t row = static_cast<int64_t>(::floor((b - ::sqrt(disc)) / 2.0));
+      row = row < 0 ? 0 : (num_nodes - 2 < row ? num_nodes - 2 : row);
+      while (row > 0 && tri_row_start(row, num_nodes) > key) --row;
+      while (row < num_nodes - 2 && tri_row_start(row + 1, num_nodes) <= key) ++row;
+      src = row;
+      dst = key - tri_row_start(row, num_nodes) + row + 1;
+      return;
+    }
+    src = divide(key, width, inverse);
+    const int64_t col = key - src * width;
+    dst = (mode == Mode::kNoLoops && col >= src) ? col + 1 : col;
+  }
+};
+
+// ---------------------------------------------------------------------------------------
+// Host side: argument checks and the sizes of the draw's rounds
+// ---------------------------------------------------------------------------------------
+
+inline int bit_width(int64_t values_below) {  // bits of the largest value below values_below
+  int bits = 0;
+  for (uint64_t v = static_cast<uint64_t>((values_below > 1 ? values_below : 1) - 1); v;
+       v >>= 1) {
+    ++bits;
+  }
+  return bits;
+}
+
+// n i.i.d. draws from m values hit ~m(1 - e^{-n/m}) distinct ones, so n = -m log(1 - k/m)
+// expects k; + 4 sqrt(k) + 8 covers the spread (the same count as the Python path's).
+inline int64_t iid_draw_count(int64_t want, int64_t free) {
+  const double w = static_cast<double>(want), f = static_cast<double>(free);
+  return static_cast<int64_t>(std::ceil(-f * std::log1p(-w / f) + 4.0 * std::sqrt(w) + 8.0));
+}
+
+// i.i.d. ranks of [0, M) a top-up round draws while `held` distinct ones are held: a draw
+// lands outside them with probability (M - held) / M > 3/4.
+inline int64_t top_up_draw_count(int64_t count, int64_t held, int64_t num_ranks, int round) {
+  TORCH_CHECK(round <= kMaxTopUpRounds, "negative_sample: ", round, " top-up rounds left ",
+              count - held, " ranks undrawn (a generator failure)");
+  const int64_t free = num_ranks - held;
+  return static_cast<int64_t>(std::ceil(static_cast<double>(iid_draw_count(count - held, free)) *
+                                        static_cast<double>(num_ranks) /
+                                        static_cast<double>(free)));
+}
+
+// The permutation's buckets for n > kInCacheShuffle keys: 2^log_buckets of ~kBucketTarget.
+inline int log_bucket_count(int64_t n) {
+  int log_buckets = 0;
+  while ((int64_t{1} << log_buckets) * kBucketTarget < n) ++log_buckets;
+  return log_buckets;
+}
+
+inline Mode parse_mode(c10::string_view mode) {
+  if (mode == "directed") return Mode::kDirected;
+  if (mode == "no_loops") return Mode::kNoLoops;
+  TORCH_CHECK(mode == "undirected", "negative_sample: mode must be 'directed', 'no_loops' or "
+              "'undirected' (got '", std::string(mode.data(), mode.size()), "')");
+  return Mode::kUndirected;
+}
+
+struct Plan {
+  Mode mode;
+  int64_t columns;  // of the [2, columns] output
+  Decoder decoder;
+};
+
+// The checks of negative_sample's arguments (both kernels raise the same errors).
+inline Plan check_negative_sample(const at::Tensor& excluded_adj, int64_t num_ranks,
+                                  int64_t count, bool replace, c10::string_view mode_name,
+                                  int64_t num_src_nodes, int64_t num_dst_nodes,
+                                  at::ScalarType dtype, int64_t first_round) {
+  const char* op = "negative_sample";
+  const Mode mode = parse_mode(mode_name);
+  TORCH_CHECK(excluded_adj.dim() == 1 && excluded_adj.scalar_type() == at::kLong, op,
+              ": excluded_adj must be a 1-D int64 tensor (got ", excluded_adj.dim(), "-D ",
+              excluded_adj.scalar_type(), ")");
+  TORCH_CHECK(dtype == at::kInt || dtype == at::kLong, op, ": dtype must be int32 or int64 (got ",
+              dtype, ")");
+  TORCH_CHECK(num_src_nodes >= 0 && num_dst_nodes >= 0 && num_ranks >= 0 && count >= 0 &&
+                  first_round >= -1,
+              op, ": num_src_nodes, num_dst_nodes, num_ranks and count must be >= 0 and "
+              "first_round >= -1 (got ", num_src_nodes, ", ", num_dst_nodes, ", ", num_ranks,
+              ", ", count, ", ", first_round, ")");
+  const __int128 width = mode == Mode::kNoLoops ? num_dst_nodes - 1 : num_dst_nodes;
+  const __int128 zero = 0;
+  const __int128 num_keys =
+      mode == Mode::kUndirected ? static_cast<__int128>(num_src_nodes) * (num_src_nodes - 1) / 2
+                                : static_cast<__int128>(num_src_nodes) * (width > 0 ? width : zero);
+  TORCH_CHECK(num_keys < (static_cast<__int128>(1) << 62) &&
+                  num_ranks + excluded_adj.numel() == static_cast<int64_t>(num_keys),
+              op, ": num_ranks + len(excluded_adj) must be the number of ",
+              std::string(mode_name.data(), mode_name.size()),
+              " keys of ", num_src_nodes, " x ", num_dst_nodes, " nodes (got ", num_ranks, " + ",
+              excluded_adj.numel(), ")");
+  TORCH_CHECK(count == 0 || (replace ? num_ranks > 0 : count <= num_ranks), op,
+              ": cannot draw ", count, replace ? " keys from " : " distinct keys from ",
+              num_ranks);
+  const int64_t row_width = static_cast<int64_t>(width > 1 ? width : static_cast<__int128>(1));
+  return Plan{mode, mode == Mode::kUndirected ? 2 * count : count,
+              Decoder{num_src_nodes, row_width, 1.0 / static_cast<double>(row_width)}};
+}
+
+}  // namespace negsample
+}  // namespace pyg_edgedot
