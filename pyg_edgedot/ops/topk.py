@@ -77,8 +77,8 @@ def topk_dst(x_src: Tensor, x_dst: Tensor, k: int, *, src_index: Optional[Tensor
             pairs never returned: row 0 a source in ``x_src``'s numbering (not a position in
             ``src_index``), row 1 a destination. Duplicates and any order are fine.
         sorted (bool): each row in descending score, ties by the lower index (then padding).
-            ``False`` allows any order of the same set (today every implementation returns
-            it sorted anyway).
+            ``False`` allows any order of the same set: the C++ kernel then skips its final
+            sort of each row (the pure-PyTorch path returns it sorted either way).
 
     Returns:
         (Tensor, Tensor): ``scores [N, k]`` in the dtype of the inputs (the float32 score, or
