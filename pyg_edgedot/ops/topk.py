@@ -267,7 +267,7 @@ def _fallback_topk(x_src: Tensor, x_dst: Tensor, src_index: Tensor, exclude_ptr:
 def _rows_topk(x_src, x_dst, src, ok, exclude_ptr, exclude_dst, k, tile, acc):
     """The top-k of one chunk of rows over every destination tile, running:
     ``(score [R, k], index [R, k])``, padding included."""
-    rows, num_dst, device = src.numel(), x_dst.size(0), x_src.device
+    num_dst = x_dst.size(0)
     query = x_src[src].to(acc)
     excl_row, excl_dst, bounds = _excluded_in_rows(src, ok, exclude_ptr, exclude_dst, num_dst,
                                                    tile)
