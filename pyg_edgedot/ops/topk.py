@@ -58,8 +58,10 @@ def topk_dst(x_src: Tensor, x_dst: Tensor, k: int, *, src_index: Optional[Tensor
     ``row * (max_index + 1) + index``, so a ``-1`` in row ``n`` becomes the key of row
     ``n - 1``'s largest destination and counts as a hit whenever that pair is a label; an
     index of ``N_dst`` never matches a label, so padding is never a hit and the metrics come
-    out right. ``x_dst[index]`` on padding raises rather than silently reading the last row;
-    ``index == x_dst.size(0)`` (or ``scores == -inf`` with a finite score range) finds it.
+    out right. ``x_dst[index]`` on padding raises rather than silently reading the last row
+    (so do ``LinkPredCoverage``, ``LinkPredDiversity`` and ``LinkPredAveragePopularity``,
+    which index per-destination tensors with ``pred_index_mat``: keep only full rows, or map
+    the padding yourself); ``index == x_dst.size(0)`` finds it.
 
     **Not differentiable**: the inputs may require gradients, but the outputs never do
     (``index`` is an integer choice; ``scores`` are for reporting).
