@@ -3,11 +3,12 @@
 //
 // Parallel over blocks of kBlockRows sources (at::parallel_for). Each task scores its block
 // against one tile of kTileCols destinations at a time with at::mm (single-threaded inside
-// the parallel region; the tile's scores, the block and the tile together stay in L2), then
+// the parallel region) into a thread-local buffer of scores about the size of L2, then
 // scans every source's row of the tile against that source's running k-th best key: almost
 // every candidate fails that one compare (sixteen at a time, with AVX2 where the CPU has
-// it), and the few that pass walk the source's sorted excluded destinations (a pointer that only moves forward,
-// as the tiles ascend) and replace the worst entry of the source's heap of k.
+// it), and the few that pass walk the source's sorted excluded destinations (a pointer that
+// only moves forward, as the tiles ascend) and replace the worst entry of the source's heap
+// of min(k, N_dst) entries.
 //
 // The order: key = the float32 score (float64 for float64 inputs), NaN as -inf; higher key
 // first, then lower index. Destinations arrive in ascending order, so a candidate whose key
@@ -209,12 +210,15 @@ void topk_dst_cpu_impl(const at::Tensor& x_src, const at::Tensor& x_dst,
   constexpr bool kDirect = std::is_same<scalar_t, acc_t>::value;
   const auto acc_options = x_src.options().dtype(c10::CppTypeToScalarType<acc_t>::value);
 
+  // A source holds at most N_dst entries; the rest of a longer row is padding.
+  const int64_t capacity = std::min(k, num_dst);
   const int64_t threads = std::max<int64_t>(1, at::get_num_threads());
   // Every thread gets a block while there are enough sources (N / threads), and a task's
   // heaps stay within kHeapEntries.
   const int64_t block_rows = std::clamp<int64_t>(
-      std::min((num_rows + threads - 1) / threads, kHeapEntries / std::max<int64_t>(k, 1)), 1,
-      kBlockRows);
+      std::min((num_rows + threads - 1) / threads,
+               kHeapEntries / std::max<int64_t>(capacity, 1)),
+      1, kBlockRows);
   const int64_t num_blocks = (num_rows + block_rows - 1) / block_rows;
   const int64_t tile_cols = std::min<int64_t>(kTileCols, std::max<int64_t>(num_dst, 1));
 
@@ -222,7 +226,7 @@ void topk_dst_cpu_impl(const at::Tensor& x_src, const at::Tensor& x_dst,
     at::Tensor block = at::zeros({block_rows, feat_dim}, acc_options);
     at::Tensor tile_buffer = kDirect ? at::Tensor() : at::empty({tile_cols, feat_dim}, acc_options);
     at::Tensor tile_scores = at::empty({block_rows, tile_cols}, acc_options);
-    std::vector<Entry<acc_t>> heap_store(block_rows * k);
+    std::vector<Entry<acc_t>> heap_store(block_rows * capacity);
     std::vector<RowHeap<acc_t>> heaps(block_rows);
     std::vector<ExcludedWalk> walks(block_rows);
     std::vector<char> row_ok(block_rows);
@@ -234,7 +238,7 @@ void topk_dst_cpu_impl(const at::Tensor& x_src, const at::Tensor& x_dst,
         const int64_t s = static_cast<int64_t>(src_ptr[(n0 + r) * src_stride]);
         row_ok[r] = s >= 0 && s < num_src;
         acc_t* dst_row = block_data + r * feat_dim;
-        heaps[r] = RowHeap<acc_t>{heap_store.data() + r * k, 0, k};
+        heaps[r] = RowHeap<acc_t>{heap_store.data() + r * capacity, 0, capacity};
         walks[r] = ExcludedWalk{excl_dst, excl_dst};
         if (!row_ok[r]) {
           record_bad_row(first_bad, n0 + r);
@@ -251,7 +255,7 @@ void topk_dst_cpu_impl(const at::Tensor& x_src, const at::Tensor& x_dst,
         }
       }
       const at::Tensor block_view = block.narrow(0, 0, rows);
-      if (k > 0) {
+      if (capacity > 0) {
         for (int64_t j0 = 0; j0 < num_dst; j0 += tile_cols) {
           const int64_t cols = std::min(tile_cols, num_dst - j0);
           at::Tensor tile;

@@ -253,16 +253,17 @@ def _fallback_topk(x_src: Tensor, x_dst: Tensor, src_index: Tensor, exclude_ptr:
         raise ValueError("topk_dst: the pure-PyTorch implementation takes at most 2**31 - 2 "
                          f"destinations (x_dst has {num_dst} rows)")
     tile = max(1, min(num_dst, DST_TILE))
-    step = max(1, _chunked.DEFAULT_CHUNK_ELEMS // (tile + k))
+    step = max(1, _chunked.DEFAULT_CHUNK_ELEMS // (tile + min(k, num_dst)))
     for start in range(0, num_rows, step):
         ok, src = _chunked.valid_and_clamped(src_index[start:start + step], num_src)
         _chunked.record_first_bad(first_bad, start, ~ok)
         if k == 0 or num_dst == 0 or num_src == 0:
             continue
+        # a source holds at most N_dst entries; the rest of a longer row stays padding
         run_score, run_index = _rows_topk(x_src, x_dst, src, ok, exclude_ptr, exclude_dst,
-                                          k, tile, acc)
-        scores[start:start + step] = run_score.to(x_src.dtype)
-        index[start:start + step] = run_index
+                                          min(k, num_dst), tile, acc)
+        scores[start:start + step, :num_dst] = run_score.to(x_src.dtype)
+        index[start:start + step, :num_dst] = run_index
     return scores, index, first_bad
 
 
