@@ -12,6 +12,7 @@ from .ops.edge_dot_loss import edge_dot_loss  # noqa: E402
 from .ops.negative_sampling import (NegativeSampler, batched_negative_sampling,  # noqa: E402
                                     negative_sampling, structured_negative_sampling,
                                     structured_negative_sampling_feasible)
+from .ops.topk import topk_dst  # noqa: E402
 
 backends = _backend.backends
 
@@ -20,4 +21,4 @@ __all__ = ["edge_dot", "EdgeDotScore", "InnerProductDecoder", "score_candidates"
            "rank_candidates", "mrr", "hits_at_k", "hits_at_k_shared", "backends", "__version__",
            "NegativeSampler", "negative_sampling", "batched_negative_sampling",
            "structured_negative_sampling", "structured_negative_sampling_feasible",
-           "edge_dot_loss", "EdgeDotLoss"]
+           "edge_dot_loss", "EdgeDotLoss", "topk_dst"]
