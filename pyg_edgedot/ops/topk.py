@@ -22,7 +22,7 @@ from .. import _checks
 from . import _chunked
 
 NAME = "topk"          # the op group: csrc/topk.cpp
-KERNELS = ()           # no compiled kernel yet: the fallback serves every device
+KERNELS = ("cpu",)     # a C++ kernel, no CUDA one (see pyg_edgedot._backend)
 
 # The fallback's tiles: DST_TILE destinations at a time, and as many source rows as keep a
 # tile within _chunked.DEFAULT_CHUNK_ELEMS elements. Read at call time (tests shrink them).
