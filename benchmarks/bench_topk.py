@@ -28,7 +28,9 @@ Methods:
                 it needs faiss built with GPU support (``faiss-gpu``), else the row says
                 "not installed". faiss uses torch's thread count.
   mm floor      the bare FLOPs: the chunked ``torch.mm`` into the buffer with nothing else,
-                at each chunk size, the fastest reported: what any exact method pays.
+                at each chunk size, and on the CPU also in cache-sized blocks of sources x
+                destinations (mm_floor@RxT); the fastest is the floor, what any exact
+                method pays.
 
 Every method is warmed up once (the first call's time is kept), then the methods run in
 turn, --reps rounds, so that a burst of other work on the machine hits them alike; the table
@@ -61,11 +63,12 @@ from _timing import Bench, failure, short_error  # noqa: E402
 SCHEMA = "pyg_edgedot-bench-topk/1"
 SIZES = {
     "cpu": dict(num_src=10_000, num_dst=100_000, dim=64, k=20, seen_per_src=100,
-                dtypes=["float32"], chunks=[256, 1024, 4096]),
+                dtypes=["float32"], chunks=[256, 1024, 4096],
+                tiles=[(256, 4096), (1024, 512)]),
     "cuda": dict(num_src=100_000, num_dst=1_000_000, dim=64, k=20, seen_per_src=100,
                  dtypes=["float32", "bfloat16"], chunks=[1024, 4096, 16384]),
     "small": dict(num_src=1_000, num_dst=10_000, dim=64, k=20, seen_per_src=20,
-                  dtypes=["float32"], chunks=[128, 512]),
+                  dtypes=["float32"], chunks=[128, 512], tiles=[(256, 4096), (1024, 512)]),
 }
 GB, MB = 1e9, 1 << 20
 
@@ -114,16 +117,20 @@ def chunked(x_src, x_dst, k, seen, chunk):
     return run
 
 
-def mm_floor(x_src, x_dst, chunk):
-    num_src = x_src.size(0)
-    buffer = torch.empty(min(chunk, num_src), x_dst.size(0), dtype=x_src.dtype,
-                         device=x_src.device)
-    x_dst_t = x_dst.t()
+def mm_floor(x_src, x_dst, chunk, tile=None):
+    """The product alone, ``chunk`` sources x ``tile`` destinations (default: all of them)
+    at a time, into a reused buffer: the FLOPs any exact method pays, and no more."""
+    num_src, num_dst = x_src.size(0), x_dst.size(0)
+    tile = min(tile or num_dst, num_dst)
+    buffer = torch.empty(min(chunk, num_src), tile, dtype=x_src.dtype, device=x_src.device)
 
     def run():
         for start in range(0, num_src, chunk):
             end = min(start + chunk, num_src)
-            torch.mm(x_src[start:end], x_dst_t, out=buffer[:end - start])
+            for j in range(0, num_dst, tile):
+                stop = min(j + tile, num_dst)
+                torch.mm(x_src[start:end], x_dst[j:stop].t(),
+                         out=buffer[:end - start, :stop - j])
         return None
     return run
 
@@ -269,6 +276,8 @@ def run_case(bench: Bench, sizes: Dict[str, Any], dtype_name: str, reps: int, th
             why_not = f"MIPSKNNIndex failed: {short_error(err)}"
     for chunk in sizes["chunks"]:
         methods[f"mm_floor@{chunk}"] = mm_floor(x_src, x_dst, chunk)
+    for chunk, tile in sizes.get("tiles", []):  # cache-sized output blocks
+        methods[f"mm_floor@{chunk}x{tile}"] = mm_floor(x_src, x_dst, chunk, tile)
     recs = timed_in_turn(bench, methods, reps, log)
     if why_not is not None:
         recs["faiss"] = {"status": "n/a", "message": why_not}

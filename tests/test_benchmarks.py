@@ -444,7 +444,7 @@ def test_bench_topk_tiny_cpu(tmp_path):
     assert 0 < case["num_excluded"] <= 300 * 30
     methods = case["methods"]
     assert set(methods) == {"ours", "chunked@64", "chunked@256", "faiss", "mm_floor@64",
-                            "mm_floor@256"}
+                            "mm_floor@256", "mm_floor@256x4096", "mm_floor@1024x512"}
     for name, rec in methods.items():
         if name == "faiss" and rec["status"] == "n/a":
             assert "not installed" in rec["message"]
