@@ -63,8 +63,7 @@ from _timing import Bench, failure, short_error  # noqa: E402
 SCHEMA = "pyg_edgedot-bench-topk/1"
 SIZES = {
     "cpu": dict(num_src=10_000, num_dst=100_000, dim=64, k=20, seen_per_src=100,
-                dtypes=["float32"], chunks=[256, 1024, 4096],
-                tiles=[(256, 4096), (1024, 512)]),
+                dtypes=["float32"], chunks=[256, 1024, 4096], tiles=[(1024, 512)]),
     "cuda": dict(num_src=100_000, num_dst=1_000_000, dim=64, k=20, seen_per_src=100,
                  dtypes=["float32", "bfloat16"], chunks=[1024, 4096, 16384]),
     "small": dict(num_src=1_000, num_dst=10_000, dim=64, k=20, seen_per_src=20,
@@ -383,6 +382,8 @@ def main(argv=None) -> int:
     p.add_argument("--dtypes", default=None, help="comma list (default: float32 on the CPU, "
                                                   "float32,bfloat16 on CUDA)")
     p.add_argument("--chunks", default=None, help="comma list of chunk sizes (sources)")
+    p.add_argument("--tiles", default=None, help="comma list of RxT blocks for the mm floor "
+                                                 "(e.g. 1024x512; '' for none)")
     p.add_argument("--reps", type=int, default=5, help="rounds of every method in turn")
     p.add_argument("--threads", type=int, default=None,
                    help="torch.set_num_threads (CPU; faiss gets the same); default: torch's")
@@ -400,6 +401,9 @@ def main(argv=None) -> int:
         sizes["dtypes"] = args.dtypes.split(",")
     if args.chunks:
         sizes["chunks"] = [int(c) for c in args.chunks.split(",")]
+    if args.tiles is not None:
+        sizes["tiles"] = [tuple(int(v) for v in t.split("x")) for t in args.tiles.split(",")
+                          if t]
     import pyg_edgedot  # builds or loads the kernels before anything is timed
     from pyg_edgedot import _backend
 
