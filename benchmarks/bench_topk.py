@@ -65,7 +65,7 @@ SIZES = {
     "cpu": dict(num_src=10_000, num_dst=100_000, dim=64, k=20, seen_per_src=100,
                 dtypes=["float32"], chunks=[256, 1024, 4096], tiles=[(1024, 512)]),
     "cuda": dict(num_src=100_000, num_dst=1_000_000, dim=64, k=20, seen_per_src=100,
-                 dtypes=["float32", "bfloat16"], chunks=[1024, 4096, 16384]),
+                 dtypes=["float32", "bfloat16"], chunks=[1024, 4096, 8192]),
     "small": dict(num_src=1_000, num_dst=10_000, dim=64, k=20, seen_per_src=20,
                   dtypes=["float32"], chunks=[128, 512], tiles=[(256, 4096), (1024, 512)]),
 }
