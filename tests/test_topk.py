@@ -410,6 +410,13 @@ def test_compile_fullgraph(device, gen, fresh_dynamo):
                                                                          src_index, exclude)
     assert torch.equal(got[0], expected[0]) and torch.equal(got[1], expected[1])
     check(got[0] / 2, got[1], x_src, x_dst, 5, src_index=src_index, exclude=exclude)
+    # Inside the graph exclude is not read back: an entry out of range is ignored (eagerly it
+    # raises, see test_bad_input).
+    bad = exclude.clone()
+    bad[1, 0] = 40
+    got = compiled(x_src, x_dst, src_index, bad)
+    expected = recommend(x_src, x_dst, src_index, exclude[:, 1:])
+    assert torch.equal(got[0], expected[0]) and torch.equal(got[1], expected[1])
 
 
 # ---- bad input ------------------------------------------------------------------------------

@@ -58,8 +58,10 @@ def topk_dst(x_src: Tensor, x_dst: Tensor, k: int, *, src_index: Optional[Tensor
     ``row * (max_index + 1) + index``, so a ``-1`` in row ``n`` becomes the key of row
     ``n - 1``'s largest destination and counts as a hit whenever that pair is a label; an
     index of ``N_dst`` never matches a label, so padding is never a hit and the metrics come
-    out right. ``x_dst[index]`` on padding raises rather than silently reading the last row;
-    ``index == x_dst.size(0)`` (or ``scores == -inf`` with a finite score range) finds it.
+    out right. ``x_dst[index]`` on padding raises rather than silently reading the last row
+    (so do ``LinkPredCoverage``, ``LinkPredDiversity`` and ``LinkPredAveragePopularity``,
+    which index per-destination tensors with ``pred_index_mat``: keep only full rows, or map
+    the padding yourself); ``index == x_dst.size(0)`` finds it.
 
     **Not differentiable**: the inputs may require gradients, but the outputs never do
     (``index`` is an integer choice; ``scores`` are for reporting).
@@ -77,8 +79,8 @@ def topk_dst(x_src: Tensor, x_dst: Tensor, k: int, *, src_index: Optional[Tensor
             pairs never returned: row 0 a source in ``x_src``'s numbering (not a position in
             ``src_index``), row 1 a destination. Duplicates and any order are fine.
         sorted (bool): each row in descending score, ties by the lower index (then padding).
-            ``False`` allows any order of the same set (today every implementation returns
-            it sorted anyway).
+            ``False`` allows any order of the same set: the C++ kernel then skips its final
+            sort of each row (the pure-PyTorch path returns it sorted either way).
 
     Returns:
         (Tensor, Tensor): ``scores [N, k]`` in the dtype of the inputs (the float32 score, or
@@ -95,6 +97,7 @@ def topk_dst(x_src: Tensor, x_dst: Tensor, k: int, *, src_index: Optional[Tensor
     op = "topk_dst"
     _checks.check_features(x_src, x_dst, op)
     k = _check_k(op, k)
+    validate = src_index is not None   # every row of x_src: in range by construction
     if src_index is None:
         src_index = torch.arange(x_src.size(0), dtype=torch.int64, device=x_src.device)
     else:
@@ -106,7 +109,7 @@ def topk_dst(x_src: Tensor, x_dst: Tensor, k: int, *, src_index: Optional[Tensor
     scores, index, first_bad = torch.ops.pyg_edgedot.topk_dst(
         x_src.detach(), x_dst.detach(), src_index, exclude_ptr, exclude_dst, k, sorted)
     _checks.raise_if_out_of_range(
-        op, True, first_bad, [(src_index, (num_src,))],
+        op, validate, first_bad, [(src_index, (num_src,))],
         lambda: [_checks.Bound("src_index", src_index, "x_src", num_src)], "position")
     return scores, index
 
@@ -124,8 +127,9 @@ def exclude_csr(op: str, exclude: Optional[Tensor], x_src: Tensor, num_src: int,
     """``exclude`` ``[2, E]`` as the op's CSR over the rows of ``x_src``: ``(ptr [N_src + 1],
     dst [E])``, each source's destinations ascending (duplicates kept: no data-dependent
     shape, so ``torch.compile`` traces it). Entries out of range raise ``IndexError`` (one
-    host read; skipped for a tensor already found in range, inside ``torch.compile`` and on
-    meta tensors, where such an entry is ignored). No exclusion: two empty tensors."""
+    host read; on CUDA skipped for a tensor already found in range; never inside
+    ``torch.compile`` or on meta tensors, where such an entry is ignored). No exclusion: two
+    empty tensors."""
     device = x_src.device
     empty = torch.empty(0, dtype=torch.int64, device=device)
     if exclude is None:
@@ -153,15 +157,20 @@ def exclude_csr(op: str, exclude: Optional[Tensor], x_src: Tensor, num_src: int,
 
 
 def _raise_if_exclude_out_of_range(op, exclude, valid, num_src, num_dst) -> None:
+    """As :func:`pyg_edgedot._checks.raise_if_out_of_range`: on CUDA the read is a host
+    synchronization, skipped for a tensor already found in range (and during CUDA graph
+    capture)."""
     if (torch.compiler.is_compiling() or exclude.device.type == "meta"
             or exclude.size(1) == 0):
         return
     keys = [(exclude, (num_src, num_dst))]
-    if _checks.VALIDATED.covers(keys):
+    on_cuda = exclude.is_cuda
+    if on_cuda and (torch.cuda.is_current_stream_capturing() or _checks.VALIDATED.covers(keys)):
         return
     bad = ~valid
     if not bool(bad.any()):
-        _checks.VALIDATED.add(keys)
+        if on_cuda:
+            _checks.VALIDATED.add(keys)
         return
     position = int(bad.nonzero()[0, 0])
     raise IndexError(_checks.out_of_range_message(
@@ -258,43 +267,69 @@ def _fallback_topk(x_src: Tensor, x_dst: Tensor, src_index: Tensor, exclude_ptr:
 
 
 def _rows_topk(x_src, x_dst, src, ok, exclude_ptr, exclude_dst, k, tile, acc):
-    """The top-k of one chunk of rows over every destination tile, running."""
-    rows, num_dst, device = src.numel(), x_dst.size(0), x_src.device
+    """The top-k of one chunk of rows over every destination tile, running:
+    ``(score [R, k], index [R, k])``, padding included."""
+    num_dst = x_dst.size(0)
     query = x_src[src].to(acc)
     excl_row, excl_dst, bounds = _excluded_in_rows(src, ok, exclude_ptr, exclude_dst, num_dst,
                                                    tile)
+    tiles = []
+    for t, j0 in enumerate(range(0, num_dst, tile)):
+        j1 = min(j0 + tile, num_dst)
+        lo, hi = bounds[t], bounds[t + 1]
+        tiles.append((j0, j1, excl_row[lo:hi], excl_dst[lo:hi] - j0))
+    merge = _merge_keyed if acc == torch.float32 else _merge_sorted
+    return merge(query, x_dst, ok, tiles, k, acc)
+
+
+def _merge_keyed(query, x_dst, ok, tiles, k, acc):
+    """float32 scores: the running top-k as :func:`_order_key` keys (the index is their low
+    half), merged with each tile's keys by ``torch.topk``, exact since no two keys are equal.
+    Excluded pairs and rows out of range get the padding key."""
+    rows, num_dst, device = query.size(0), x_dst.size(0), query.device
+    pad_key = _PAD << 32
+    run_key = torch.full((rows, k), pad_key, dtype=torch.int64, device=device)
+    run_score = torch.full((rows, k), float("-inf"), dtype=acc, device=device)
+    for j0, j1, excl_row, excl_col in tiles:
+        score = query @ x_dst[j0:j1].to(acc).t()                          # [R, T]
+        key = _order_key(score, torch.arange(j0, j1, device=device))
+        key[excl_row, excl_col] = pad_key
+        key.masked_fill_(~ok.unsqueeze(1), pad_key)
+        run_key, pick = torch.topk(torch.cat([run_key, key], 1), k, dim=1, sorted=True)
+        from_run = pick < k
+        run_score = torch.where(from_run, run_score.gather(1, pick.clamp(max=k - 1)),
+                                score.gather(1, (pick - k).clamp(min=0)))
+    pad = (run_key >> 32) == _PAD
+    index = (_LOW32 - (run_key & _LOW32)).masked_fill(pad, num_dst)
+    return run_score.masked_fill(pad, float("-inf")), index
+
+
+def _merge_sorted(query, x_dst, ok, tiles, k, acc):
+    """float64 scores do not fit an int64 key with the index: the running top-k and each
+    tile, side by side, go through two stable sorts, by score (NaN as -inf; the running
+    entries come first and hold the lower indices, and each part is in ascending index
+    order, so a tie keeps the lower index first), then by whether the pair may be returned."""
+    rows, num_dst, device = query.size(0), x_dst.size(0), query.device
     run_score = torch.full((rows, k), float("-inf"), dtype=acc, device=device)
     run_index = torch.full((rows, k), num_dst, dtype=torch.int64, device=device)
     run_ok = torch.zeros((rows, k), dtype=torch.bool, device=device)
-    run_key = torch.full((rows, k), _PAD << 32, dtype=torch.int64, device=device)
-    for t, j0 in enumerate(range(0, num_dst, tile)):
-        j1 = min(j0 + tile, num_dst)
+    for j0, j1, excl_row, excl_col in tiles:
         score = query @ x_dst[j0:j1].to(acc).t()                          # [R, T]
         cand_ok = ok.unsqueeze(1).expand(rows, j1 - j0).clone()
-        lo, hi = bounds[t], bounds[t + 1]
-        cand_ok[excl_row[lo:hi], excl_dst[lo:hi] - j0] = False
+        cand_ok[excl_row, excl_col] = False
         cand_index = torch.arange(j0, j1, device=device).expand(rows, j1 - j0)
         all_score = torch.cat([run_score, score], 1)
         all_index = torch.cat([run_index, cand_index], 1)
         all_ok = torch.cat([run_ok, cand_ok], 1)
-        if acc == torch.float32:
-            key = torch.where(cand_ok, _order_key(score, cand_index), _PAD << 32)
-            all_key = torch.cat([run_key, key], 1)
-            run_key, pick = torch.topk(all_key, k, dim=1, sorted=True)
-        else:
-            # float64 scores do not fit an int64 key with the index: two stable sorts, by
-            # score (the running entries come first and hold lower indices, and each part is
-            # in ascending index order, so ties keep the lower index first), then by `ok`.
-            value = torch.where(torch.isnan(all_score), float("-inf"), all_score)
-            by_score = torch.sort(value, dim=1, descending=True, stable=True).indices
-            by_ok = torch.sort(all_ok.gather(1, by_score).to(torch.uint8), dim=1,
-                               descending=True, stable=True).indices
-            pick = by_score.gather(1, by_ok)[:, :k]
+        value = torch.where(torch.isnan(all_score), float("-inf"), all_score)
+        by_score = torch.sort(value, dim=1, descending=True, stable=True).indices
+        by_ok = torch.sort(all_ok.gather(1, by_score).to(torch.uint8), dim=1,
+                           descending=True, stable=True).indices
+        pick = by_score.gather(1, by_ok)[:, :k]
         run_score, run_index = all_score.gather(1, pick), all_index.gather(1, pick)
         run_ok = all_ok.gather(1, pick)
-    run_score = run_score.masked_fill(~run_ok, float("-inf"))
-    run_index = run_index.masked_fill(~run_ok, num_dst)
-    return run_score, run_index
+    return (run_score.masked_fill(~run_ok, float("-inf")),
+            run_index.masked_fill(~run_ok, num_dst))
 
 
 def fallback_impls() -> dict:
