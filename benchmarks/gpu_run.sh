@@ -19,6 +19,11 @@
 #              benchmarks/bench_negative_sampling.py (SAMPLING_GRAPHS, default all three;
 #              "backend" in its output must say cuda) -> h200_negative_sampling.{json,log}
 #   beyond     benchmarks/bench_beyond.py -> h200_beyond.{json,log} (README "Beyond the peers")
+#   topk       benchmarks/bench_topk.py: 100K x 1M, D = 64, k = 20, fp32 and bf16, 10M excluded
+#              pairs; ours vs chunked mm + topk vs faiss's GPU search (PyG's MIPSKNNIndex) ->
+#              h200_topk.{json,log}. The device machine reaches no registry: for the faiss row,
+#              carry a faiss-gpu wheel and set FAISS_WHEEL=path (without it, one quick pip try,
+#              then the row says "faiss-gpu not installed")
 #   examples   examples/link_pred.py, both decoders -> link_pred_gpu_{edgedot,eager}.json
 #   ddp        examples/ddp_link_pred.py under torchrun, NCCL, 1 GPU -> ddp_nccl_1gpu_h200.json
 # The result files carry the names they have in benchmarks/results/: copy them there to
@@ -76,6 +81,13 @@ for step in "$@"; do
       # Ranking, candidate scoring, DistMult, and the Triton path (a PYG_EDGEDOT_CUDA=0 child).
       python3 benchmarks/bench_beyond.py --out "$OUT/h200_beyond.json" 2>&1 \
         | tee "$OUT/h200_beyond.log" | tail -40 ;;
+    topk)
+      # faiss on the GPU for the peer row; the benchmark runs (faiss row n/a) without it.
+      python3 -c "import faiss; faiss.StandardGpuResources" 2>/dev/null \
+        || timeout 60 python3 -m pip install -q --retries 0 --timeout 5 \
+             "${FAISS_WHEEL:-faiss-gpu-cu12}" 2>&1 | tail -2
+      python3 benchmarks/bench_topk.py --device cuda --out "$OUT/h200_topk.json" 2>&1 \
+        | tee "$OUT/h200_topk.log" | tail -40 ;;
     examples)
       # Mean epoch time with ~17M scored edges per epoch, both decoders, one seed.
       for dec in edgedot eager; do
@@ -88,7 +100,7 @@ for step in "$@"; do
       torchrun --standalone --nproc_per_node 1 examples/ddp_link_pred.py --device cuda \
         --num-nodes 200000 --avg-degree 20 --neg-sampling uniform --epochs 3 --no-progress \
         --json "$OUT/ddp_nccl_1gpu_h200.json" 2>&1 | tail -6 ;;
-    *) echo "unknown step $step (steps: tests triton fallback sanitizer bench host sampling beyond examples ddp)"
+    *) echo "unknown step $step (steps: tests triton fallback sanitizer bench host sampling beyond topk examples ddp)"
        exit 2 ;;
   esac
 done

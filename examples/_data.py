@@ -6,8 +6,11 @@
 * :func:`user_item_graph`: a bipartite ``user -rates-> item`` graph for heterogeneous
   examples: users have latent tastes over genres, items belong to one genre, ratings follow
   tastes, and the features of both are noisy views of these latents.
+* :func:`latent_factor_graph`: implicit feedback for recommendation: users and items have
+  latent factors and a popularity, and each user picks items with probability growing with
+  their affinity; :func:`split_per_user` holds out a share of every user's items.
 * :func:`load_planetoid`: Cora, CiteSeer or PubMed from raw files already on disk. It never
-  downloads; it says which files are missing instead.
+  downloads; it says which files are missing instead. :func:`load_movielens100k` likewise.
 
 Everything is generated from a fixed seed with a private :class:`torch.Generator`, so a
 graph depends only on its arguments, never on the global RNG state.
@@ -160,6 +163,114 @@ def user_item_graph(num_users: int = 2_000, num_items: int = 1_000,
     data["item"].y = genre
     data["user", "rates", "item"].edge_index = edge_index
     return data
+
+
+def latent_factor_graph(num_users: int = 2_000, num_items: int = 1_000,
+                        avg_ratings: float = 20.0, latent_dim: int = 8, sharpness: float = 2.0,
+                        popularity: float = 1.0, seed: int = 0) -> HeteroData:
+    r"""Implicit feedback from a latent-factor model: a bipartite ``('user', 'rates',
+    'item')`` graph for recommendation.
+
+    Users and items get latent factors :math:`u, v \sim \mathcal{N}(0, I_L / \sqrt{L})`
+    (so :math:`\langle u, v \rangle` has unit variance) and items a log-popularity
+    :math:`b \sim \mathcal{N}(0, 1)`. User ``i`` rates :math:`n_i` distinct items (log-normal
+    around ``avg_ratings``, at least 2, at most half the catalogue), drawn without replacement
+    with probability proportional to :math:`\exp(\text{sharpness} \cdot \langle u_i, v_j
+    \rangle + \text{popularity} \cdot b_j)` (Gumbel top-k, in chunks of users). A model
+    that recovers the factors ranks a user's held-out items high; ranking by popularity
+    alone does less well unless ``sharpness`` is small.
+
+    Args:
+        num_users (int), num_items (int): number of nodes of each type.
+        avg_ratings (float): items per user on average.
+        latent_dim (int): ``L``, the dimension of the factors.
+        sharpness (float): weight of the user-item affinity (0: only popularity).
+        popularity (float): weight of the item popularity (0: none).
+        seed (int): the graph depends only on its arguments.
+
+    Returns:
+        HeteroData: ``['user'].num_nodes``, ``['item'].num_nodes``, ``['user'].factor``,
+        ``['item'].factor``, ``['item'].popularity`` and ``['user', 'rates',
+        'item'].edge_index`` (sorted by user, then item).
+    """
+    if num_users < 1 or num_items < 4 or latent_dim < 1 or avg_ratings < 1:
+        raise ExampleError(f"need users, at least 4 items, latent_dim >= 1 and avg_ratings "
+                           f">= 1 (got {num_users} users, {num_items} items, latent_dim "
+                           f"{latent_dim}, avg_ratings {avg_ratings})")
+    gen = torch.Generator().manual_seed(seed)
+    scale = latent_dim ** -0.25
+    user = torch.randn(num_users, latent_dim, generator=gen) * scale
+    item = torch.randn(num_items, latent_dim, generator=gen) * scale
+    bias = torch.randn(num_items, generator=gen)
+    count = (avg_ratings * torch.exp(0.5 * torch.randn(num_users, generator=gen) - 0.125))
+    count = count.round().long().clamp(2, max(2, num_items // 2))
+    most = int(count.max())
+    step = max(1, (1 << 22) // num_items)
+    rows, cols = [], []
+    for start in range(0, num_users, step):
+        logits = sharpness * (user[start:start + step] @ item.t()) + popularity * bias
+        gumbel = -torch.log(-torch.log(torch.rand(logits.shape, generator=gen)
+                                       .clamp_(1e-12, 1 - 1e-7)))
+        picked = torch.topk(logits + gumbel, most, dim=1).indices
+        keep = torch.arange(most).view(1, -1) < count[start:start + step].view(-1, 1)
+        rows.append((torch.arange(picked.size(0)) + start).view(-1, 1).expand_as(picked)[keep])
+        cols.append(picked[keep])
+    edge_index = coalesce(torch.stack([torch.cat(rows), torch.cat(cols)]),
+                          num_nodes=max(num_users, num_items))
+    data = HeteroData()
+    data["user"].num_nodes, data["item"].num_nodes = num_users, num_items
+    data["user"].factor, data["item"].factor = user, item
+    data["item"].popularity = bias
+    data["user", "rates", "item"].edge_index = edge_index
+    return data
+
+
+def split_per_user(edge_index: Tensor, num_users: int, test_ratio: float,
+                   seed: int = 0) -> Tuple[Tensor, Tensor]:
+    """``(train, test)``: ``round(test_ratio * n)`` random items of every user with ``n >= 2``
+    items go to test (at least one, never all); users with one item keep it in train."""
+    if not 0.0 < test_ratio < 1.0:
+        raise ExampleError(f"--test-ratio must be in (0, 1) (got {test_ratio})")
+    gen = torch.Generator().manual_seed(seed)
+    perm = torch.randperm(edge_index.size(1), generator=gen)
+    edge_index = edge_index[:, perm]
+    edge_index = edge_index[:, torch.sort(edge_index[0], stable=True).indices]
+    degree = torch.bincount(edge_index[0], minlength=num_users)
+    start = torch.cumsum(degree, 0) - degree
+    rank = torch.arange(edge_index.size(1)) - start[edge_index[0]]
+    num_test = (test_ratio * degree.double()).round().long()
+    num_test = torch.where(degree >= 2, num_test.clamp(1, None), torch.zeros_like(degree))
+    num_test = torch.minimum(num_test, (degree - 1).clamp(min=0))
+    test = rank < num_test[edge_index[0]]
+    return edge_index[:, ~test], edge_index[:, test]
+
+
+_MOVIELENS_RAW = ("u.item", "u.user", "u1.base", "u1.test")
+
+
+def load_movielens100k(root: str) -> Tuple[HeteroData, Tensor, Tensor]:
+    """MovieLens 100K from ``root/raw`` (GroupLens' ``ml-100k`` files ``u.item``, ``u.user``,
+    ``u1.base``, ``u1.test``), read by PyG's
+    :class:`~torch_geometric.datasets.MovieLens100K` (which needs pandas and writes its cache
+    to ``root/processed``); never downloads. Every rating counts as an interaction; the
+    split is GroupLens' ``u1`` (80/20). Returns ``(data, train, test)``: ``[2, E]`` (user,
+    movie) pairs."""
+    raw = Path(root) / "raw"
+    missing = [name for name in _MOVIELENS_RAW if not (raw / name).is_file()]
+    if missing:
+        raise ExampleError(
+            f"the MovieLens 100K files are not in {raw} (missing: {', '.join(missing)}). "
+            f"These examples never download: unzip GroupLens' ml-100k.zip and put its "
+            f"files (u.item, u.user, u1.base, u1.test, ...) in {raw}, or pass --root DIR "
+            f"where DIR/raw holds them.")
+    try:
+        import pandas  # noqa: F401 -- PyG's MovieLens100K.process reads the files with it
+    except ImportError:
+        raise ExampleError("reading MovieLens 100K needs pandas (pip install pandas)") from None
+    from torch_geometric.datasets import MovieLens100K
+    data = MovieLens100K(str(root))[0]
+    store = data["user", "rates", "movie"]
+    return data, store.edge_index, store.edge_label_index
 
 
 def load_planetoid(name: str, root: str) -> Data:

@@ -422,3 +422,57 @@ def test_bench_beyond_quick_cpu(tmp_path):
                       for p in ("fwd", "fwd+bwd")}
     assert all(r["status"] == "ok" for r in by_section["distmult"])
     assert "== ranking ==" in proc.stdout
+
+
+def test_bench_topk_tiny_cpu(tmp_path):
+    """benchmarks/bench_topk.py at a tiny size on the CPU: every method reports (faiss: ok
+    where it is installed, else n/a), and ours returns the chunked reference's indices."""
+    out = tmp_path / "topk.json"
+    script = ROOT / "benchmarks" / "bench_topk.py"
+    proc = subprocess.run([sys.executable, str(script), "--device", "cpu", "--small",
+                           "--num-src", "300", "--num-dst", "2000", "--k", "10",
+                           "--seen-per-src", "30", "--chunks", "64,256", "--reps", "2",
+                           "--out", str(out)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=900)
+    assert proc.returncode == 0, (proc.stdout[-5000:], proc.stderr[-5000:])
+    doc = json.loads(out.read_text())
+    assert doc["schema"] == "pyg_edgedot-bench-topk/1"
+    assert doc["topk_backend"] in ("cpp", "python")
+    [case] = doc["cases"]
+    assert (case["num_src"], case["num_dst"], case["k"], case["dtype"]) == (300, 2000, 10,
+                                                                           "float32")
+    assert 0 < case["num_excluded"] <= 300 * 30
+    methods = case["methods"]
+    assert set(methods) == {"ours", "chunked@64", "chunked@256", "faiss", "mm_floor@64",
+                            "mm_floor@256", "mm_floor@256x4096", "mm_floor@1024x512"}
+    for name, rec in methods.items():
+        if name == "faiss" and rec["status"] == "n/a":
+            assert "not installed" in rec["message"]
+            continue
+        assert rec["status"] == "ok", (name, rec)
+        assert rec["ms_min"] <= rec["ms"] and len(rec["ms_all"]) == 2
+    assert case["best_chunked"] in ("chunked@64", "chunked@256")
+    assert case["speedup_vs_best_chunked"] > 0 and case["floor_gflops"] > 0
+    check = case["check"][case["best_chunked"]]
+    assert check["ok"] and check["rows_identical"] == 1.0 and check["rows_equivalent"] == 1.0
+    assert check["seen_returned_ours"] == check["seen_returned_other"] == 0
+    if methods["faiss"]["status"] == "ok":
+        assert case["check"]["faiss"]["ok"]
+    assert "check vs chunked@" in proc.stdout and ": ok" in proc.stdout
+
+
+def test_bench_topk_compare_catches_a_seen_pair_and_a_wrong_item():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import bench_topk
+    x_src, x_dst, seen = bench_topk.make_inputs(20, 50, 8, 5, torch.float32, "cpu")
+    ref = bench_topk.chunked(x_src, x_dst, 4, seen, 8)()
+    assert bench_topk.compare(x_src, x_dst, seen, ref, ref)["ok"]
+    wrong = ref.clone()
+    wrong[3, 0] = seen[1, seen[0] == 3][0]  # a seen pair
+    got = bench_topk.compare(x_src, x_dst, seen, wrong, ref)
+    assert not got["ok"] and got["seen_returned_ours"] == 1
+    worse = ref.clone()
+    scores = x_src[5] @ x_dst.t()
+    worse[5, 0] = int(scores.argmin())  # a far worse item
+    got = bench_topk.compare(x_src, x_dst, seen, worse, ref)
+    assert not got["ok"] and got["rows_equivalent"] == 19 / 20

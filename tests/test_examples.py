@@ -466,3 +466,138 @@ def test_generated_graphs_are_seeded_and_well_formed(examples_path):
     assert torch.equal(edge_index, _data.user_item_graph(
         num_users=50, num_items=30, avg_ratings=4, feat_dim=8, num_genres=3,
         seed=2)["user", "rates", "item"].edge_index)
+
+
+# Recommendation: top-k retrieval ##########################################################
+
+TINY_REC = ["--num-users", "300", "--num-items", "200", "--avg-ratings", "15",
+            "--embedding-dim", "16", "--batch-size", "1024", "--k", "5", "10"]
+
+
+def check_recommend_report(doc, *, epochs, ks=(5, 10)):
+    assert doc["example"] == "recommend"
+    metrics = doc["metrics"]
+    names = {f"{m}@{k}" for m in ("recall", "ndcg", "precision", "map") for k in ks}
+    assert names <= metrics.keys(), names - metrics.keys()
+    for name in names:
+        assert isinstance(metrics[name], float) and 0.0 <= metrics[name] <= 1.0, name
+    recall = [metrics[f"recall@{k}"] for k in sorted(ks)]
+    assert recall == sorted(recall), f"Recall@k must grow with k: {recall}"
+    for baseline in ("random", "popularity"):
+        assert {f"recall@{k}" for k in ks} <= doc["baselines"][baseline].keys()
+    history = doc["history"]
+    assert [h["epoch"] for h in history] == list(range(1, epochs + 1))
+    assert all(math.isfinite(h["loss"]) and h["loss"] > 0 for h in history)
+    if doc["config"]["eval_every"]:  # the last epoch is evaluated: the model tested
+        assert history[-1][f"recall@{max(ks)}"] == pytest.approx(metrics[f"recall@{max(ks)}"])
+    else:
+        assert all("recall@5" not in h for h in history)
+    assert math.isfinite(doc["mean_epoch_time_s"]) and doc["mean_epoch_time_s"] > 0
+    retrieval = doc["retrieval"]
+    assert retrieval["k"] == max(ks) and retrieval["time_s"] > 0
+    assert retrieval["num_queries"] == doc["data"]["num_test_users"] > 0
+    assert doc["config"]["device"] == "cpu" and doc["env"]["device"] == "cpu"
+
+
+def test_recommend_learns_and_beats_random(tmp_path):
+    # As a user runs it: the fused BPR loss, topk_dst retrieval, PyG's metrics, and the dense
+    # comparison, which must return the very same items as topk_dst.
+    doc, proc = run_example(tmp_path, "recommend.py", *TINY_REC, "--epochs", "10",
+                            "--compare-dense")
+    check_recommend_report(doc, epochs=10)
+    metrics, random = doc["metrics"], doc["baselines"]["random"]
+    for k in (5, 10):
+        assert metrics[f"recall@{k}"] > 2 * random[f"recall@{k}"], (metrics, random)
+        assert metrics[f"ndcg@{k}"] > 2 * random[f"ndcg@{k}"], (metrics, random)
+    history = doc["history"]
+    assert history[-1]["loss"] < history[0]["loss"]
+    assert doc["negatives"]["loss"] == "fused"
+    assert doc["negatives"]["fused_loss"].startswith(
+        "EdgeDotLoss(num_negatives=1, negatives='structured', loss='bpr'")
+    dense = doc["dense"]
+    assert dense["same_index_as_topk"] == 1.0
+    assert dense["masked"]["metrics"] == pytest.approx(metrics)
+    # LightGCN.recommend does not exclude the training items: they take up its top k.
+    assert dense["recommend"]["metrics"]["recall@10"] < metrics["recall@10"]
+    assert "masked dense == topk_dst on 100.00% of the users" in proc.stdout
+
+
+@pytest.mark.parametrize("options", [["--loss", "pyg"],
+                                     ["--loss", "pyg", "--neg-sampling", "uniform"],
+                                     ["--neg-sampling", "uniform", "--num-negatives", "2"]],
+                         ids=["pyg-loss", "pyg-uniform", "fused-uniform-2"])
+def test_recommend_other_losses_learn(tmp_path, examples_path, options):
+    doc = run_in_process(tmp_path, "recommend.py", *TINY_REC, "--epochs", "8",
+                         "--eval-every", "0", *options)
+    check_recommend_report(doc, epochs=8)
+    assert doc["negatives"]["loss"] == doc["config"]["loss"]
+    assert doc["negatives"]["neg_sampling"] == doc["config"]["neg_sampling"]
+    assert doc["dense"] is None
+    assert doc["metrics"]["recall@10"] > 2 * doc["baselines"]["random"]["recall@10"]
+
+
+def test_recommend_documents_its_options(examples_path, capsys):
+    module = import_example("recommend")
+    with pytest.raises(SystemExit) as exit_info:
+        module.parse_args(["--help"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    for option in ("--epochs", "--device", "--seed", "--json", "--no-progress", "--lr",
+                   "--loss", "--neg-sampling", "--k", "--compare-dense", "--root",
+                   "examples:", "examples/recommend.py"):
+        assert option in out, option
+
+
+def test_random_ranking_metrics_are_the_expectation(examples_path):
+    # The closed form against the mean of PyG's metrics over many random rankings.
+    rec = import_example("recommend")
+    gen = torch.Generator().manual_seed(0)
+    num_users, num_items, ks = 6, 12, (3, 5)
+    train = torch.tensor([[0, 0, 1, 2, 2, 2, 3, 4, 5], [0, 1, 2, 3, 4, 5, 0, 6, 7]])
+    test = torch.tensor([[0, 1, 1, 3, 4, 4, 4, 5], [2, 3, 9, 11, 0, 1, 2, 8]])
+    users, rows = torch.unique(test[0], return_inverse=True)
+    label_index = torch.stack([rows, test[1]])
+    expected = rec.random_ranking_metrics(num_items, train, label_index, users, ks)
+    seen = {(int(u), int(i)) for u, i in train.t()}
+    trials, total = 3000, {key: 0.0 for key in expected}
+    for _ in range(trials):
+        index = []
+        for u in users.tolist():
+            unseen = torch.tensor([i for i in range(num_items) if (u, i) not in seen])
+            index.append(unseen[torch.randperm(unseen.numel(), generator=gen)][:max(ks)])
+        got = rec.retrieval_metrics(torch.stack(index), label_index, ks)
+        for key in total:
+            total[key] += got[key] / trials
+    for key, value in expected.items():
+        assert total[key] == pytest.approx(value, abs=0.01), key
+
+
+def test_latent_factor_graph_and_split(examples_path):
+    _data = import_example("_data")
+    a = _data.latent_factor_graph(num_users=80, num_items=50, avg_ratings=8, seed=3)
+    b = _data.latent_factor_graph(num_users=80, num_items=50, avg_ratings=8, seed=3)
+    edge_index = a["user", "rates", "item"].edge_index
+    assert torch.equal(edge_index, b["user", "rates", "item"].edge_index)
+    assert int(edge_index[0].max()) < 80 and int(edge_index[1].max()) < 50
+    degree = torch.bincount(edge_index[0], minlength=80)
+    assert int(degree.min()) >= 2 and int(degree.max()) <= 25
+    keys = edge_index[0] * 50 + edge_index[1]
+    assert keys.unique().numel() == keys.numel()  # distinct items per user
+    train, test = _data.split_per_user(edge_index, 80, 0.25, seed=1)
+    assert train.size(1) + test.size(1) == edge_index.size(1)
+    both = torch.cat([train, test], 1)
+    assert torch.equal(torch.sort(both[0] * 50 + both[1]).values, torch.sort(keys).values)
+    train_degree = torch.bincount(train[0], minlength=80)
+    test_degree = torch.bincount(test[0], minlength=80)
+    assert bool((train_degree >= 1).all() and (test_degree >= 1).all())
+    assert torch.equal(test_degree, (0.25 * degree.double()).round().long().clamp(1, None)
+                       .minimum(degree - 1))
+
+
+def test_movielens_without_files_fails_clearly_and_never_downloads(tmp_path, examples_path):
+    _common = import_example("_common")
+    with pytest.raises(_common.ExampleError, match="never download") as error:
+        run_in_process(tmp_path, "recommend.py", "--dataset", "MovieLens100K", "--root",
+                       tmp_path / "empty", "--epochs", "1")
+    assert "u1.base" in str(error.value) and str(tmp_path / "empty") in str(error.value)
+    assert not (tmp_path / "empty").exists()

@@ -37,6 +37,9 @@ def test_use_section_runs():
     assert "torch.Size([80])" in out.getvalue()
     assert namespace["logits"].shape == (50,) and namespace["rank"].shape == (50,)
     assert namespace["scores"].shape == (50, 21)
+    # Recommendation: one top-k row per test user, PyG's metrics computed from it.
+    assert namespace["top_index"].shape == (namespace["users"].numel(), 10)
+    assert set(namespace["metrics"].compute()) == {"LinkPredRecall@10", "LinkPredNDCG@10"}
 
 
 @pytest.mark.parametrize("function", ["rank_candidates", "score_candidates"])
