@@ -47,7 +47,7 @@ from . import _chunked
 from .negative_sampling import _DIRECTED, _NO_LOOPS, NegativeSampler, _decode, _rank_to_key
 
 NAME = "edge_dot_loss"
-KERNELS = ("cpu",)      # csrc/cpu/edge_dot_loss_kernel.cpp (see pyg_edgedot._backend)
+KERNELS = ("cpu", "cuda")  # csrc/{cpu,cuda}/edge_dot_loss_kernel.* (see pyg_edgedot._backend)
 FALLBACK = "composite"  # elsewhere: implemented in Python over edge_dot's ops
 
 NumNodes = Union[int, Tuple[int, int]]
