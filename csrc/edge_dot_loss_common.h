@@ -51,16 +51,37 @@ PYG_EDGEDOT_HD int64_t scaled(double u, int64_t m) {
 }
 
 // key(r) = r + #{i : adj[i] <= r} (torch.searchsorted(adj, r, right=True)) over the sorted
-// adj_i = e_i - i of the excluded keys: the complement's rank r as a key.
-PYG_EDGEDOT_HD int64_t rank_to_key(const int64_t* adj, int64_t num_adj, int64_t rank) {
-  int64_t lo = 0, len = num_adj;
-  while (len > 0) {  // upper bound, branch-light
+// adj_i = e_i - i of the excluded keys: the complement's rank r as a key. The count is
+// searched in [lo, hi) of adj.
+PYG_EDGEDOT_HD int64_t upper_bound_in(const int64_t* adj, int64_t lo, int64_t hi, int64_t rank) {
+  int64_t len = hi - lo;
+  while (len > 0) {  // branch-light
     const int64_t half = len / 2;
     const bool right = adj[lo + half] <= rank;
     lo = right ? lo + half + 1 : lo;
     len = right ? len - half - 1 : half;
   }
-  return rank + lo;
+  return lo;
+}
+
+// An optional index over adj (the CPU kernels build it for long adj): bucket[b] =
+// #{i : adj[i] < b << shift}, b = 0 .. num_buckets, so the count for r lies between the
+// entries of bucket r >> shift and the next: about one cache miss each instead of a binary
+// search's log2(A). The count is the same with or without it.
+struct AdjIndex {
+  const int64_t* bucket;  // [num_buckets + 1], or null
+  int64_t num_buckets;
+  int shift;
+};
+
+PYG_EDGEDOT_HD int64_t rank_to_key(const int64_t* adj, int64_t num_adj, const AdjIndex& index,
+                                   int64_t rank) {
+  if (rank < 0) return rank;  // every adj_i >= 0
+  const int64_t b = rank >> index.shift;
+  if (index.bucket != nullptr && b < index.num_buckets) {
+    return rank + upper_bound_in(adj, index.bucket[b], index.bucket[b + 1], rank);
+  }
+  return rank + upper_bound_in(adj, 0, num_adj, rank);
 }
 
 // floor(a / b) and a - b * floor(a / b) (Python's // and %, which the composite uses, so
@@ -84,6 +105,7 @@ struct Space {
   const int64_t* adj;      // [A] excluded adj, sorted
   const int64_t* row_ptr;  // [N_src + 1] excluded keys before each source's row, or null
   int64_t num_adj;
+  AdjIndex adj_index;      // bucket null: plain binary searches
   int64_t num_negatives;   // K
   int64_t num_src, num_dst;
   int64_t width;           // keys per source row: N_dst, or N_dst - 1 without self-loops
@@ -115,30 +137,61 @@ PYG_EDGEDOT_HD void negative(const Space& sp, int64_t e, int64_t k, int64_t pos_
       rank = row * sp.width - before + scaled(u, sp.width - (after - before));
     }
     int64_t unused;
-    decode(sp, rank_to_key(sp.adj, sp.num_adj, rank), unused, dst);
+    decode(sp, rank_to_key(sp.adj, sp.num_adj, sp.adj_index, rank), unused, dst);
     src = pos_src;
     return;
   }
-  decode(sp, rank_to_key(sp.adj, sp.num_adj, scaled(u, sp.num_ranks)), src, dst);
+  decode(sp, rank_to_key(sp.adj, sp.num_adj, sp.adj_index, scaled(u, sp.num_ranks)), src,
+         dst);
 }
 
 // ---------------------------------------------------------------------------------------
 // The loss terms, in opmath (float, or double for float64)
 // ---------------------------------------------------------------------------------------
 
-// softplus(z) = max(z, 0) + log1p(exp(-|z|)), exact for every z (as the composite's).
+// softplus(z) = max(z, 0) + log1p(exp(-|z|)) (exact for every z, as the composite's) and
+// sigmoid(z), from one exp: with t = exp(-|z|), sigmoid(z) = 1 / (1 + t) for z >= 0 and
+// t / (1 + t) below (within an ulp or two of torch.sigmoid's).
 template <typename T>
-PYG_EDGEDOT_HD T softplus(T z) {
-  const T tail = PYG_EDGEDOT_MATH(log1p)(PYG_EDGEDOT_MATH(exp)(-PYG_EDGEDOT_MATH(fabs)(z)));
-  return (z > T(0) ? z : T(0)) + tail;
-}
-
-template <typename T>
-PYG_EDGEDOT_HD T sigmoid(T z) {
-  return T(1) / (T(1) + PYG_EDGEDOT_MATH(exp)(-z));
+PYG_EDGEDOT_HD void softplus_sigmoid(T z, T& softplus, T& sigmoid) {
+  const T t = PYG_EDGEDOT_MATH(exp)(-PYG_EDGEDOT_MATH(fabs)(z));
+  softplus = (z > T(0) ? z : T(0)) + PYG_EDGEDOT_MATH(log1p)(t);
+  const T inv = T(1) / (T(1) + t);
+  sigmoid = z >= T(0) ? inv : t * inv;
 }
 
 enum class Loss { kBce, kBpr };
+
+// One positive's terms: scores [1 + K] (the positive, then its negatives) in, dloss/dscore
+// (before the reduction) out, in the scores' place if `grad` is `scores`; returns the sum of
+// its terms. BCE: label 1 softplus(-s), d/ds = -sigmoid(-s); label 0 softplus(s),
+// d/ds = sigmoid(s). BPR: -log sigmoid(pos - neg) = softplus(neg - pos), the positive's
+// derivative minus the sum of its negatives'.
+template <typename acc_t, typename in_t, typename out_t>
+PYG_EDGEDOT_HD acc_t positive_terms(Loss loss, const in_t* scores, out_t* grad, int64_t width) {
+  const acc_t pos = static_cast<acc_t>(scores[0]);
+  acc_t sum = 0, term, g;
+  if (loss == Loss::kBce) {
+    softplus_sigmoid(-pos, term, g);
+    sum += term;
+    grad[0] = static_cast<out_t>(-g);
+    for (int64_t j = 1; j < width; ++j) {
+      softplus_sigmoid(static_cast<acc_t>(scores[j]), term, g);
+      sum += term;
+      grad[j] = static_cast<out_t>(g);
+    }
+    return sum;
+  }
+  acc_t pos_grad = 0;
+  for (int64_t j = 1; j < width; ++j) {
+    softplus_sigmoid(static_cast<acc_t>(scores[j]) - pos, term, g);
+    sum += term;
+    grad[j] = static_cast<out_t>(g);
+    pos_grad += g;
+  }
+  grad[0] = static_cast<out_t>(-pos_grad);
+  return sum;
+}
 
 // Terms over the 1 + K pairs of a count `num_terms` each positive adds to the mean.
 inline int64_t terms_per_positive(Loss loss, int64_t num_negatives) {
@@ -207,6 +260,7 @@ inline Space make_space(const char* op, const at::Tensor& x_src, const at::Tenso
   Space sp;
   sp.adj = nullptr;
   sp.row_ptr = nullptr;
+  sp.adj_index = AdjIndex{nullptr, 0, 0};
   sp.num_adj = excluded_adj.numel();
   sp.num_negatives = num_negatives;
   sp.num_src = num_src_nodes;

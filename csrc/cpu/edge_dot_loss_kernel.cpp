@@ -121,26 +121,7 @@ PYG_EDGEDOT_INLINE at::opmath_type<scalar_t> forward_block(
       for (int64_t j = 0; j < width; ++j) grad[j] = scalar_t(0);
       continue;
     }
-    if (loss == Loss::kBce) {
-      // label 1: softplus(-s), d/ds = -sigmoid(-s); label 0: softplus(s), d/ds = sigmoid(s)
-      sum += loss::softplus(-s[0]);
-      grad[0] = static_cast<scalar_t>(-loss::sigmoid(-s[0]));
-      for (int64_t j = 1; j < width; ++j) {
-        sum += loss::softplus(s[j]);
-        grad[j] = static_cast<scalar_t>(loss::sigmoid(s[j]));
-      }
-    } else {
-      // -log sigmoid(pos - neg) = softplus(neg - pos)
-      acc_t pos_grad = 0;
-      for (int64_t j = 1; j < width; ++j) {
-        const acc_t diff = s[j] - s[0];
-        sum += loss::softplus(diff);
-        const acc_t g = loss::sigmoid(diff);
-        grad[j] = static_cast<scalar_t>(g);
-        pos_grad += g;
-      }
-      grad[0] = static_cast<scalar_t>(-pos_grad);
-    }
+    sum += loss::positive_terms<acc_t>(loss, s, grad, width);
   }
   return sum;
 }
@@ -163,12 +144,38 @@ PYG_EDGEDOT_AVX2_TARGET at::opmath_type<scalar_t> forward_block_avx2(
 }
 #endif
 
+// The bucket index over adj (edge_dot_loss_common.h's AdjIndex) when adj is long enough that
+// binary searches would miss the cache: about two buckets per entry, built in one O(A) pass
+// per call (~2 ms at A = 1M). Shorter adj: plain binary searches (an empty vector).
+constexpr int64_t kIndexMinAdj = 4096;
+
+std::vector<int64_t> build_adj_index(const at::Tensor& adj, int64_t num_ranks,
+                                     loss::AdjIndex& index) {
+  index = loss::AdjIndex{nullptr, 0, 0};
+  const int64_t num_adj = adj.numel();
+  if (num_adj < kIndexMinAdj) return {};
+  int shift = 0;
+  while ((num_ranks >> shift) > 2 * num_adj) ++shift;
+  const int64_t num_buckets = (num_ranks >> shift) + 1;  // covers every rank below num_ranks
+  std::vector<int64_t> bucket(num_buckets + 1);
+  const int64_t* a = adj.const_data_ptr<int64_t>();
+  int64_t i = 0;
+  for (int64_t b = 0; b <= num_buckets; ++b) {
+    const int64_t bound = b << shift;
+    while (i < num_adj && a[i] < bound) ++i;
+    bucket[b] = i;
+  }
+  index = loss::AdjIndex{bucket.data(), num_buckets, shift};
+  return bucket;
+}
+
 // What both ops read: the op's arguments as Args, the seed read from its CPU tensor.
 template <typename scalar_t, typename index_t>
 Args<scalar_t, index_t> make_args(const at::Tensor& x_src, const at::Tensor& x_dst,
                                   const at::Tensor& src_index, const at::Tensor& dst_index,
                                   const at::Tensor& seed, const at::Tensor& adj,
-                                  const at::Tensor& row_ptr, Space space) {
+                                  const at::Tensor& row_ptr, Space space,
+                                  const loss::AdjIndex& index) {
   Args<scalar_t, index_t> p;
   p.src_rows = x_src.const_data_ptr<scalar_t>();
   p.dst_rows = x_dst.const_data_ptr<scalar_t>();
@@ -184,6 +191,7 @@ Args<scalar_t, index_t> make_args(const at::Tensor& x_src, const at::Tensor& x_d
   p.ahead = prefetch_distance(2 * p.feat_dim * static_cast<int64_t>(sizeof(scalar_t)));
   space.adj = adj.const_data_ptr<int64_t>();
   space.row_ptr = row_ptr.numel() > 0 ? row_ptr.const_data_ptr<int64_t>() : nullptr;
+  space.adj_index = index;
   space.key = loss::mix64(static_cast<uint64_t>(seed.item<int64_t>()));
   p.space = space;
   return p;
@@ -204,6 +212,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> edge_dot_loss_cpu(
   const at::Tensor x_dst = unit_column_stride(x_dst_in);
   const at::Tensor adj = excluded_adj.contiguous();
   const at::Tensor row_ptr = row_ptr_in.contiguous();
+  loss::AdjIndex index;
+  const std::vector<int64_t> buckets = build_adj_index(adj, space.num_ranks, index);
   const int64_t num_edges = src_index.size(0), width = 1 + num_negatives;
   at::Tensor score_grad = at::empty({num_edges, width}, x_src.options());
   const int64_t block_pos = std::max<int64_t>(1, kBlockPairs / width);
@@ -216,7 +226,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> edge_dot_loss_cpu(
     AT_DISPATCH_INDEX_TYPES(src_index.scalar_type(), "edge_dot_loss_cpu", [&] {
       using acc_t = at::opmath_type<scalar_t>;
       const auto p = make_args<scalar_t, index_t>(x_src, x_dst, src_index, dst_index, seed,
-                                                  adj, row_ptr, space);
+                                                  adj, row_ptr, space, index);
       scalar_t* grad_ptr = score_grad.mutable_data_ptr<scalar_t>();
       auto block = &forward_block_baseline<scalar_t, index_t>;
 #if PYG_EDGEDOT_AVX2_CLONE
@@ -397,11 +407,13 @@ std::tuple<at::Tensor, at::Tensor> edge_dot_loss_grad_cpu(
   at::Tensor grad_dst = needs_dst ? at::zeros({x_dst.size(0), feat_dim}, acc_options)
                                   : at::Tensor();
   if (num_edges > 0 && feat_dim > 0 && (needs_src || needs_dst)) {
+    loss::AdjIndex index;
+    const std::vector<int64_t> buckets = build_adj_index(adj, space.num_ranks, index);
     AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x_src.scalar_type(), "edge_dot_loss_cpu", [&] {
       AT_DISPATCH_INDEX_TYPES(src_index.scalar_type(), "edge_dot_loss_cpu", [&] {
         using acc_t = at::opmath_type<scalar_t>;
         const auto p = make_args<scalar_t, index_t>(x_src, x_dst, src_index, dst_index, seed,
-                                                    adj, row_ptr, space);
+                                                    adj, row_ptr, space, index);
         // as the composite: grad_loss in opmath, divided by the count in opmath for "mean"
         acc_t scale = grad_loss.to(acc_type).item<acc_t>();
         if (options.mean) {

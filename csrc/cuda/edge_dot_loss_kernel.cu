@@ -203,26 +203,7 @@ __global__ void __launch_bounds__(kThreads) loss_terms_kernel(
       for (int64_t j = 0; j < width; ++j) row[j] = scalar_t(0);
       continue;
     }
-    const acc_t pos = static_cast<acc_t>(row[0]);
-    if (loss_kind == Loss::kBce) {
-      sum += loss::softplus(-pos);
-      row[0] = static_cast<scalar_t>(-loss::sigmoid(-pos));
-      for (int64_t j = 1; j < width; ++j) {
-        const acc_t neg = static_cast<acc_t>(row[j]);
-        sum += loss::softplus(neg);
-        row[j] = static_cast<scalar_t>(loss::sigmoid(neg));
-      }
-    } else {
-      acc_t pos_grad = 0;
-      for (int64_t j = 1; j < width; ++j) {
-        const acc_t diff = static_cast<acc_t>(row[j]) - pos;
-        sum += loss::softplus(diff);
-        const acc_t g = loss::sigmoid(diff);
-        row[j] = static_cast<scalar_t>(g);
-        pos_grad += g;
-      }
-      row[0] = static_cast<scalar_t>(-pos_grad);
-    }
+    sum += loss::positive_terms<acc_t>(loss_kind, row, row, width);
   }
   const double total = block_sum(static_cast<double>(sum), shared);
   if (threadIdx.x == 0) partial[blockIdx.x] = total;
