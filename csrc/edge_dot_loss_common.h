@@ -122,27 +122,30 @@ PYG_EDGEDOT_HD void decode(const Space& sp, int64_t key, int64_t& src, int64_t& 
   dst = (!sp.self_loops && col >= src) ? col + 1 : col;
 }
 
-// Negative k of positive e whose source is `pos_src`: (src, dst).
+// The three steps of a negative, which the CPU kernels interleave over a block of pairs (so
+// the cache misses of many overlap): its rank in the complement, the rank as a key (see
+// rank_to_key), the key as a pair. Negative k of positive e whose source is `pos_src`:
+PYG_EDGEDOT_HD int64_t negative_rank(const Space& sp, int64_t e, int64_t k, int64_t pos_src) {
+  const double u = uniform(sp.key, e * sp.num_negatives + k);
+  if (!sp.structured) return scaled(u, sp.num_ranks);
+  if (sp.row_ptr == nullptr) return pos_src * sp.width + scaled(u, sp.width);
+  // A source out of range (reported by first_bad) reads a clamped row, never past it.
+  const int64_t row = pos_src < 0 ? 0 : (pos_src >= sp.num_src ? sp.num_src - 1 : pos_src);
+  const int64_t before = sp.row_ptr[row], after = sp.row_ptr[row + 1];
+  return row * sp.width - before + scaled(u, sp.width - (after - before));
+}
+
+PYG_EDGEDOT_HD void negative_pair(const Space& sp, int64_t key, int64_t pos_src, int64_t& src,
+                                  int64_t& dst) {
+  int64_t decoded_src;
+  decode(sp, key, decoded_src, dst);
+  src = sp.structured ? pos_src : decoded_src;  // structured: the positive's source is kept
+}
+
 PYG_EDGEDOT_HD void negative(const Space& sp, int64_t e, int64_t k, int64_t pos_src,
                              int64_t& src, int64_t& dst) {
-  const double u = uniform(sp.key, e * sp.num_negatives + k);
-  int64_t rank;
-  if (sp.structured) {
-    if (sp.row_ptr == nullptr) {
-      rank = pos_src * sp.width + scaled(u, sp.width);
-    } else {
-      // A source out of range (reported by first_bad) reads a clamped row, never past it.
-      const int64_t row = pos_src < 0 ? 0 : (pos_src >= sp.num_src ? sp.num_src - 1 : pos_src);
-      const int64_t before = sp.row_ptr[row], after = sp.row_ptr[row + 1];
-      rank = row * sp.width - before + scaled(u, sp.width - (after - before));
-    }
-    int64_t unused;
-    decode(sp, rank_to_key(sp.adj, sp.num_adj, sp.adj_index, rank), unused, dst);
-    src = pos_src;
-    return;
-  }
-  decode(sp, rank_to_key(sp.adj, sp.num_adj, sp.adj_index, scaled(u, sp.num_ranks)), src,
-         dst);
+  const int64_t rank = negative_rank(sp, e, k, pos_src);
+  negative_pair(sp, rank_to_key(sp.adj, sp.num_adj, sp.adj_index, rank), pos_src, src, dst);
 }
 
 // ---------------------------------------------------------------------------------------

@@ -65,13 +65,18 @@ struct Args {
 };
 
 // The pairs of positives [e0, e1) into pairs[(e - e0) * (1 + K) + j]: j = 0 the positive,
-// j >= 1 its negative j - 1.
+// j >= 1 its negative j - 1. With a sampler the draws are interleaved in passes over the
+// block, each prefetching what the next one reads (the source's row_ptr entries, the rank's
+// bucket, its stretch of adj): the misses of many negatives overlap instead of queueing.
+// Every pass computes what loss::negative does, so the pairs are the same.
 template <typename scalar_t, typename index_t>
 PYG_EDGEDOT_INLINE void make_pairs(const Args<scalar_t, index_t>& p, int64_t e0, int64_t e1,
                                    Pair* pairs, std::atomic<int64_t>* first_bad) {
-  const int64_t k_neg = p.space.num_negatives;
+  const Space& sp = p.space;
+  const int64_t k_neg = sp.num_negatives, width = 1 + k_neg;
+  const bool staged = sp.row_ptr != nullptr || sp.adj_index.bucket != nullptr;
   for (int64_t e = e0; e < e1; ++e) {
-    Pair* out = pairs + (e - e0) * (1 + k_neg);
+    Pair* out = pairs + (e - e0) * width;
     const int64_t s = static_cast<int64_t>(p.src_ptr[e * p.src_stride]);
     const int64_t d = static_cast<int64_t>(p.dst_ptr[e * p.dst_stride]);
     if (s < 0 || s >= p.num_src_rows || d < 0 || d >= p.num_dst_rows) {
@@ -84,9 +89,44 @@ PYG_EDGEDOT_INLINE void make_pairs(const Args<scalar_t, index_t>& p, int64_t e0,
       continue;
     }
     out[0] = Pair{s, d};
-    for (int64_t k = 0; k < k_neg; ++k) {
-      loss::negative(p.space, e, k, s, out[k + 1].src, out[k + 1].dst);
+    if (!staged) {
+      for (int64_t k = 0; k < k_neg; ++k) {
+        loss::negative(sp, e, k, s, out[k + 1].src, out[k + 1].dst);
+      }
+    } else if (sp.row_ptr != nullptr && s < sp.num_src) {
+      prefetch_lines(sp.row_ptr + s, 2 * sizeof(int64_t));
     }
+  }
+  if (!staged) return;
+  const loss::AdjIndex& index = sp.adj_index;
+  // ranks (in .src; .dst keeps the positive's source), their buckets prefetched
+  for (int64_t e = e0; e < e1; ++e) {
+    Pair* out = pairs + (e - e0) * width;
+    if (out[0].src < 0) continue;
+    for (int64_t k = 0; k < k_neg; ++k) {
+      const int64_t rank = loss::negative_rank(sp, e, k, out[0].src);
+      out[k + 1] = Pair{rank, out[0].src};
+      if (index.bucket != nullptr && rank >= 0 && (rank >> index.shift) < index.num_buckets) {
+        prefetch_lines(index.bucket + (rank >> index.shift), 2 * sizeof(int64_t));
+      }
+    }
+  }
+  // the stretches of adj prefetched
+  if (index.bucket != nullptr) {
+    for (int64_t i = 0; i < (e1 - e0) * width; ++i) {
+      if (i % width == 0 || pairs[i - i % width].src < 0) continue;
+      const int64_t rank = pairs[i].src;
+      if (rank >= 0 && (rank >> index.shift) < index.num_buckets) {
+        prefetch_lines(sp.adj + index.bucket[rank >> index.shift], sizeof(int64_t));
+      }
+    }
+  }
+  // keys, pairs
+  for (int64_t i = 0; i < (e1 - e0) * width; ++i) {
+    if (i % width == 0 || pairs[i - i % width].src < 0) continue;
+    const int64_t rank = pairs[i].src, pos_src = pairs[i].dst;
+    loss::negative_pair(sp, loss::rank_to_key(sp.adj, sp.num_adj, index, rank), pos_src,
+                        pairs[i].src, pairs[i].dst);
   }
 }
 
