@@ -394,6 +394,24 @@ def test_kernel_many_blocks_and_chunks(dtype, device, gen):
     _assert_kernel_matches(*_kernel_and_composite(args), dtype, device)
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("negatives", ["structured", "uniform"])
+@pytest.mark.parametrize("homogeneous", [True, False])
+def test_kernel_long_excluded_list(homogeneous, negatives, device, gen):
+    # over 4096 excluded keys: the CPU kernel looks ranks up through its bucket index
+    _kernel_or_skip(device)
+    num_src, num_dst = (300, 300) if homogeneous else (200, 350)
+    graph = _graph(gen, num_src, num_dst, 30_000, torch.int64, device)
+    sampler = NegativeSampler(graph, num_src if homogeneous else (num_src, num_dst))
+    assert sampler._directed.adj.numel() > 4096
+    x_src = randn(gen, num_src, 6, dtype=torch.float64, device=device)
+    x_dst = x_src if homogeneous else randn(gen, num_dst, 6, dtype=torch.float64,
+                                            device=device)
+    positives = _graph(gen, num_src, num_dst, 3000, torch.int64, device)
+    args = _op_args(x_src, x_dst, positives, sampler, 4, negatives, "bpr", "mean")
+    _assert_kernel_matches(*_kernel_and_composite(args), torch.float64, device)
+
+
 def test_kernel_same_bits_on_any_number_of_threads(gen):
     _kernel_or_skip("cpu")
     x_src, x_dst, positives, sampler = _problem(gen, "bipartite", torch.float32, torch.int64,
