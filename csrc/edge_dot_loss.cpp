@@ -1,6 +1,8 @@
-// The fused link-prediction loss: schemas only. Both ops are implemented in Python on top of
-// edge_dot and edge_dot_grad (pyg_edgedot/ops/edge_dot_loss.py, registered for CPU and CUDA);
-// a kernel that draws the negatives in-kernel must reproduce that module's generator.
+// The fused link-prediction loss: the schemas. Kernels in csrc/cpu/edge_dot_loss_kernel.cpp and
+// csrc/cuda/edge_dot_loss_kernel.cu draw the negatives in-kernel with the generator that
+// pyg_edgedot/ops/edge_dot_loss.py defines (shared per-element code: edge_dot_loss_common.h);
+// that module's implementation over edge_dot and edge_dot_grad (the same negatives) serves a
+// device without a compiled kernel.
 #include <torch/library.h>
 
 TORCH_LIBRARY_FRAGMENT(pyg_edgedot, m) {
@@ -19,8 +21,8 @@ TORCH_LIBRARY_FRAGMENT(pyg_edgedot, m) {
         "int num_src_nodes, int num_dst_nodes, bool self_loops, str negatives, str loss, "
         "str reduction) -> (Tensor loss, Tensor first_bad, Tensor score_grad)");
   // The gradients of edge_dot_loss for x_src and x_dst ([N_src, D] and [N_dst, D]; [0, D]
-  // where not needed): regenerates each chunk's negatives and scatters
-  // grad_loss * score_grad (/ count for "mean") with edge_dot_grad.
+  // where not needed): regenerates the negatives and scatters grad_loss * score_grad
+  // (/ count for "mean"), deterministically.
   m.def("edge_dot_loss_grad(Tensor grad_loss, Tensor score_grad, Tensor x_src, Tensor x_dst, "
         "Tensor src_index, Tensor dst_index, Tensor seed, Tensor excluded_adj, Tensor row_ptr, "
         "int num_negatives, int num_src_nodes, int num_dst_nodes, bool self_loops, "

@@ -1,15 +1,17 @@
 """edge_dot_loss: the generator against a pure-Python splitmix64, the negatives against their
 definition and the sampler's graph (Python sets), the loss and its gradients against the
-unfused float64 computation on the same negatives, seeds, chunking, empty inputs, gradcheck,
-torch.compile, opcheck and the errors."""
+unfused float64 computation on the same negatives, the kernels against the composite (its
+Python implementation over edge_dot's ops) on the same seed, seeds, chunking, threads, empty
+inputs, gradcheck, torch.compile, opcheck and the errors."""
 import math
 import re
 
 import pytest
 import torch
 
-from pyg_edgedot import EdgeDotLoss, NegativeSampler, edge_dot_loss
+from pyg_edgedot import EdgeDotLoss, NegativeSampler, _backend, edge_dot_loss
 from pyg_edgedot.ops import _chunked
+from pyg_edgedot.ops import edge_dot_loss as loss_module
 from pyg_edgedot.ops.edge_dot_loss import loss_negatives, mix64, uniform
 from _helpers import (DEVICES, FLOAT_DTYPES, INDEX_DTYPES, assert_close, dtype_id, leaf, randn,
                       random_edge_index)
@@ -268,6 +270,168 @@ def test_chunks_give_the_one_chunk_result(dtype, loss, device, gen, monkeypatch)
     tol = {torch.float64: 1e-13, torch.float32: 1e-6, torch.bfloat16: 1e-2}[dtype]
     for a, b in zip(_bits(one), _bits(many)):
         assert_close(a, b.double().cpu(), dtype, tol=tol)
+
+
+# ---- the kernels against the composite on the same seed ------------------------------------
+
+def _kernel_or_skip(device: str) -> None:
+    impl = _backend.loaded().table["edge_dot_loss", device].impl
+    if impl not in ("cpp", "cuda"):
+        pytest.skip(f"edge_dot_loss has no compiled kernel for {device} here ({impl})")
+
+
+def _op_args(x_src, x_dst, positives, sampler, num_negatives, negatives, loss, reduction,
+             seed=2024, num_nodes=None):
+    """The registered op's arguments, as edge_dot_loss builds them."""
+    device = x_src.device
+    empty = torch.empty(0, dtype=torch.int64, device=device)
+    if sampler is None:
+        adj, row_ptr, self_loops = empty, empty, True
+        nodes = num_nodes or (x_src.size(0), x_dst.size(0))
+    else:
+        adj = sampler._directed.adj
+        row_ptr = sampler._source_rows() if negatives == "structured" else empty
+        self_loops = sampler._directed.mode == "directed"
+        nodes = (sampler.num_src_nodes, sampler.num_dst_nodes)
+    return (x_src, x_dst, positives[0], positives[1], torch.tensor(seed), adj, row_ptr,
+            num_negatives, nodes[0], nodes[1], self_loops, negatives, loss, reduction)
+
+
+def _kernel_and_composite(args, grad_loss=1.7):
+    """Forward of both, and both backwards fed the *composite's* score_grad (so the gradients
+    compare the negatives and the scatter alone: the sigmoid may differ by an ulp)."""
+    composite = loss_module.fallback_impls()
+    kernel = torch.ops.pyg_edgedot.edge_dot_loss(*args)
+    ref = composite["edge_dot_loss"](*args)
+    g = torch.tensor(grad_loss, dtype=args[0].dtype, device=args[0].device)
+    kernel_grads = torch.ops.pyg_edgedot.edge_dot_loss_grad(g, ref[2], *args, True, True)
+    ref_grads = composite["edge_dot_loss_grad"](g, ref[2], *args, True, True)
+    return kernel, ref, kernel_grads, ref_grads
+
+
+SCORE_GRAD_TOL = {torch.float64: 1e-15, torch.float32: 1e-6, torch.float16: 1e-3,
+                  torch.bfloat16: 8e-3}
+
+
+def _assert_kernel_matches(kernel, ref, kernel_grads, ref_grads, dtype, device):
+    (out, first_bad, score_grad), (ref_out, ref_first_bad, ref_score_grad) = kernel, ref
+    assert out.shape == () and out.dtype == dtype and score_grad.dtype == dtype
+    assert torch.equal(first_bad.cpu(), ref_first_bad.cpu())
+    # the same scores (edge_dot's row dot product); the terms differ by rounding only
+    tol = SCORE_GRAD_TOL[dtype]
+    torch.testing.assert_close(out.double().cpu(), ref_out.double().cpu(), rtol=tol * 10,
+                               atol=0, equal_nan=True)
+    torch.testing.assert_close(score_grad.double().cpu(), ref_score_grad.double().cpu(),
+                               rtol=tol, atol=tol)
+    for got, want in zip(kernel_grads, ref_grads):
+        assert got.dtype == dtype and got.shape == want.shape
+        if device == "cpu":   # the same pairs, weights and order: the same bits
+            assert torch.equal(got, want)
+        else:
+            torch.testing.assert_close(got.double().cpu(), want.double().cpu(), rtol=tol,
+                                       atol=tol)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("sampler_kind", ["none", "homogeneous", "bipartite"])
+@pytest.mark.parametrize("reduction", ["mean", "sum"])
+@pytest.mark.parametrize("loss", ["bce", "bpr"])
+@pytest.mark.parametrize("negatives", ["structured", "uniform"])
+@pytest.mark.parametrize("index_dtype", INDEX_DTYPES, ids=dtype_id)
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=dtype_id)
+def test_kernel_matches_composite(dtype, index_dtype, negatives, loss, reduction, sampler_kind,
+                                  device, gen):
+    _kernel_or_skip(device)
+    x_src, x_dst, positives, sampler = _problem(gen, sampler_kind, dtype, index_dtype, device,
+                                                num_edges=60, feat_dim=19)
+    num_negatives = 1 if reduction == "sum" else 3
+    args = _op_args(x_src, x_dst, positives, sampler, num_negatives, negatives, loss,
+                    reduction)
+    _assert_kernel_matches(*_kernel_and_composite(args), dtype, device)
+    # through the public function and autograd: the gradients of the kernel's own score_grad
+    out, grads = _run(x_src, x_dst, positives, num_negatives=num_negatives, negatives=negatives,
+                      loss=loss, reduction=reduction, sampler=sampler, seed=2024)
+    assert torch.equal(out, torch.ops.pyg_edgedot.edge_dot_loss(*args)[0])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("negatives", ["structured", "uniform"])
+def test_kernel_matches_composite_edge_cases(negatives, device, gen):
+    _kernel_or_skip(device)
+    # strided rows, fewer candidate nodes than rows, K larger than a forward block
+    big = randn(gen, 30, 24, dtype=torch.float32, device=device)
+    x_src, x_dst = big[:, :10], big[3:, 5:15]
+    positives = _graph(gen, 30, 27, 50, torch.int64, device)
+    for k, nodes in ((5000, None), (2, (11, 17))):
+        args = _op_args(x_src, x_dst, positives, None, k, negatives, "bce", "mean",
+                        num_nodes=nodes)
+        _assert_kernel_matches(*_kernel_and_composite(args), torch.float32, device)
+    # an index out of range (validate=False): first_bad, NaN loss, no gradient from it
+    bad = positives.clone()
+    bad[0, 7], bad[1, 31] = -3, 27
+    args = _op_args(x_src, x_dst, bad, None, 2, negatives, "bpr", "sum")
+    result = _kernel_and_composite(args)
+    assert result[0][1].item() == 7 and math.isnan(result[0][0].item())
+    assert (result[0][2][[7, 31]] == 0).all()
+    _assert_kernel_matches(*result, torch.float32, device)
+    # a structured sampler whose source 0 has no negative, unvalidated: the same draws
+    graph = torch.tensor([[0, 0, 0, 1], [1, 2, 3, 2]], device=device)
+    sampler = NegativeSampler(graph, 4)
+    x = randn(gen, 4, 3, dtype=torch.float64, device=device)
+    pos = torch.tensor([[0, 1, 2, 0], [2, 3, 0, 1]], device=device)
+    args = _op_args(x, x, pos, sampler, 3, negatives, "bce", "sum")
+    _assert_kernel_matches(*_kernel_and_composite(args), torch.float64, device)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=dtype_id)
+def test_kernel_many_blocks_and_chunks(dtype, device, gen):
+    # several forward blocks (4096 pairs) and backward chunks (65536 pairs) on the CPU
+    _kernel_or_skip(device)
+    x_src, x_dst, positives, sampler = _problem(gen, "bipartite", dtype, torch.int32, device,
+                                                num_edges=70_000, feat_dim=5)
+    args = _op_args(x_src, x_dst, positives, sampler, 1, "uniform", "bce", "mean")
+    _assert_kernel_matches(*_kernel_and_composite(args), dtype, device)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("negatives", ["structured", "uniform"])
+@pytest.mark.parametrize("homogeneous", [True, False])
+def test_kernel_long_excluded_list(homogeneous, negatives, device, gen):
+    # over 4096 excluded keys: the CPU kernel looks ranks up through its bucket index
+    _kernel_or_skip(device)
+    num_src, num_dst = (300, 300) if homogeneous else (200, 350)
+    graph = _graph(gen, num_src, num_dst, 30_000, torch.int64, device)
+    sampler = NegativeSampler(graph, num_src if homogeneous else (num_src, num_dst))
+    assert sampler._directed.adj.numel() > 4096
+    x_src = randn(gen, num_src, 6, dtype=torch.float64, device=device)
+    x_dst = x_src if homogeneous else randn(gen, num_dst, 6, dtype=torch.float64,
+                                            device=device)
+    positives = _graph(gen, num_src, num_dst, 3000, torch.int64, device)
+    args = _op_args(x_src, x_dst, positives, sampler, 4, negatives, "bpr", "mean")
+    _assert_kernel_matches(*_kernel_and_composite(args), torch.float64, device)
+
+
+def test_kernel_same_bits_on_any_number_of_threads(gen):
+    _kernel_or_skip("cpu")
+    x_src, x_dst, positives, sampler = _problem(gen, "bipartite", torch.float32, torch.int64,
+                                                "cpu", num_edges=20_000, feat_dim=40)
+    threads = torch.get_num_threads()
+    results = []
+    try:
+        for n in (1, 2, 3):
+            torch.set_num_threads(n)
+            for negatives in ("structured", "uniform"):
+                out, grads = _run(x_src, x_dst, positives, num_negatives=2, negatives=negatives,
+                                  sampler=sampler, seed=9)
+                args = _op_args(x_src, x_dst, positives, sampler, 2, negatives, "bce", "mean",
+                                seed=9)
+                results.append([out.view(1), *grads, torch.ops.pyg_edgedot.edge_dot_loss(
+                    *args)[2]])
+    finally:
+        torch.set_num_threads(threads)
+    for i in range(2, len(results)):   # 2 and 3 threads against 1, per kind of negatives
+        assert all(torch.equal(a, b) for a, b in zip(results[i % 2], results[i]))
 
 
 # ---- gradcheck, torch.compile, opcheck -----------------------------------------------------

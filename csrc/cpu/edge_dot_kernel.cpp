@@ -8,39 +8,14 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstdlib>
 #include <limits>
-#include <string>
 
 #include "common.h"
 #include "prefetch.h"
+#include "row_dot.h"
 
 namespace pyg_edgedot {
 namespace {
-
-// The forward's loop is compiled twice: for the baseline ISA the extension is built for, and
-// (GCC/Clang on x86-64) with AVX2 for CPUs that have it, chosen at run time, so one build
-// runs anywhere and uses 256-bit vectors where it can. Both are built with
-// -ffp-contract=off (no FMA contraction), so they give the same bits.
-#if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__)
-#define PYG_EDGEDOT_AVX2_CLONE 1
-#else
-#define PYG_EDGEDOT_AVX2_CLONE 0
-#endif
-
-// Dot product of two rows with eight partial sums, so the compiler can vectorize it.
-template <typename scalar_t, typename acc_t>
-PYG_EDGEDOT_INLINE acc_t row_dot(const scalar_t* a, const scalar_t* b, int64_t n) {
-  acc_t part[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  int64_t k = 0;
-  for (; k + 8 <= n; k += 8) {
-    for (int j = 0; j < 8; ++j) {
-      part[j] += static_cast<acc_t>(a[k + j]) * static_cast<acc_t>(b[k + j]);
-    }
-  }
-  for (; k < n; ++k) part[0] += static_cast<acc_t>(a[k]) * static_cast<acc_t>(b[k]);
-  return ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
-}
 
 // The same with a third row: sum_k a[k] * r[k] * b[k] (relation-weighted, DistMult).
 template <typename scalar_t, typename acc_t>
@@ -121,20 +96,9 @@ void forward_range_baseline(const ForwardArgs<scalar_t, index_t>& p, int64_t beg
 
 #if PYG_EDGEDOT_AVX2_CLONE
 template <typename scalar_t, typename index_t>
-__attribute__((target("avx2,fma,f16c"))) void forward_range_avx2(
+PYG_EDGEDOT_AVX2_TARGET void forward_range_avx2(
     const ForwardArgs<scalar_t, index_t>& p, int64_t begin, int64_t end) {
   forward_range(p, begin, end);
-}
-
-// PYG_EDGEDOT_CPU_AVX2=0 keeps the baseline loop (tests/test_edge_dot.py compares the two).
-bool use_avx2() {
-  static const bool use = [] {
-    const char* env = std::getenv("PYG_EDGEDOT_CPU_AVX2");
-    if (env != nullptr && std::string(env) == "0") return false;
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-           __builtin_cpu_supports("f16c");
-  }();
-  return use;
 }
 #endif
 

@@ -1,11 +1,12 @@
 r"""``edge_dot_loss``: the link-prediction loss over positives and sampled negatives, fused.
 
-Schemas in ``csrc/edge_dot_loss.cpp``. There is no kernel of its own yet: both ops are
-implemented here on top of ``edge_dot`` and ``edge_dot_grad`` (so each device runs its fused
-kernels) and registered for CPU and CUDA (``FALLBACK = "composite"``, see
-:mod:`pyg_edgedot._backend`).
-This module holds the public function, the negative generator, the fake kernels and the
-autograd.
+Schemas in ``csrc/edge_dot_loss.cpp``; kernels in ``csrc/cpu/edge_dot_loss_kernel.cpp`` and
+``csrc/cuda/edge_dot_loss_kernel.cu``, which draw the negatives in-kernel with the generator
+below (per-element code shared by both in ``csrc/edge_dot_loss_common.h``). This module holds
+the public function, the negative generator in torch ops, the fake kernels, the autograd, and
+the composite implementation of both ops on top of ``edge_dot`` and ``edge_dot_grad`` (the
+same negatives; each device runs edge_dot's fused kernels), which serves a device without a
+compiled kernel (``FALLBACK = "composite"``, see :mod:`pyg_edgedot._backend`).
 
 The negatives: a counter-based generator
 ----------------------------------------
@@ -47,8 +48,8 @@ from . import _chunked
 from .negative_sampling import _DIRECTED, _NO_LOOPS, NegativeSampler, _decode, _rank_to_key
 
 NAME = "edge_dot_loss"
-KERNELS = ()          # no kernel of its own (see pyg_edgedot._backend)
-FALLBACK = "composite"  # implemented in Python over edge_dot's ops, on every device
+KERNELS = ("cpu", "cuda")  # csrc/{cpu,cuda}/edge_dot_loss_kernel.* (see pyg_edgedot._backend)
+FALLBACK = "composite"  # elsewhere: implemented in Python over edge_dot's ops
 
 NumNodes = Union[int, Tuple[int, int]]
 
@@ -196,13 +197,16 @@ def edge_dot_loss(x_src: Tensor, x_dst: Tensor, edge_index: Tensor, *, num_negat
       (LightGCN's BPR loss; :math:`-\log\sigma(x) = \mathrm{softplus}(-x)`), divided by
       :math:`E K` for ``"mean"``.
 
-    The scores come from :func:`pyg_edgedot.edge_dot`'s fused kernel, positives in chunks
-    with their negatives; ``dloss/dscore`` is computed analytically in the forward, and the
-    backward regenerates each chunk's negatives and scatters with ``edge_dot``'s fused,
-    deterministic gradient op, chunks summed in a fixed order: gradients are bitwise equal
-    run to run. Memory: ``O(E * (1 + K))`` scalars for ``dloss/dscore``, plus one chunk's
-    indices (a chunk is at most ``max(2**24 pairs, the gradients' bytes / 48)`` pairs).
-    Second derivatives are not supported.
+    One fused kernel per device draws each positive's negatives in-kernel, scores the pairs
+    (the dot product :func:`pyg_edgedot.edge_dot` computes, rounded to the features' dtype as
+    it returns it) and computes the terms and ``dloss/dscore``; the backward regenerates the
+    same negatives and scatters deterministically. The loss and the gradients are bitwise
+    equal run to run, and on the CPU whatever the number of threads. Memory: ``O(E * (1 +
+    K))`` scalars for ``dloss/dscore``; on the CPU, a block of pairs per thread beyond that;
+    on CUDA, the backward's pairs of a chunk of positives (a chunk is at most ``max(2**24
+    pairs, the gradients' bytes / 48)`` pairs). Without a compiled kernel, the same
+    computation is composed of ``edge_dot``'s ops, positives in such chunks. Second
+    derivatives are not supported.
 
     Negatives (see :mod:`pyg_edgedot.ops.edge_dot_loss` for the exact generator):
     ``"structured"`` keeps each positive's source and draws a destination; ``"uniform"``
@@ -261,6 +265,9 @@ def edge_dot_loss(x_src: Tensor, x_dst: Tensor, edge_index: Tensor, *, num_negat
     nodes = _checks.check_loss_nodes(op, x_src, x_dst, num_nodes, sampler)
     space = _space_of(op, x_src.device, nodes, src_index, seed, num_negatives, negatives,
                       sampler, validate)
+    # (the kernels check these too, for direct callers; here they raise the errors users see)
+    _checks.check_loss_op_args(op, x_src, x_dst, space.seed, space.excluded_adj, space.row_ptr,
+                               space.num_src_nodes, space.num_dst_nodes, space.num_keys)
     out, first_bad, _ = torch.ops.pyg_edgedot.edge_dot_loss(
         x_src, x_dst, src_index, dst_index, *space[:3], num_negatives, space.num_src_nodes,
         space.num_dst_nodes, space.self_loops, negatives, loss, reduction)
@@ -291,7 +298,8 @@ def loss_negatives(edge_index: Tensor, seed: Union[int, Tensor], num_negatives: 
 
 
 # ---------------------------------------------------------------------------------------
-# The registered ops' Python side
+# The registered ops' Python side: the composite implementation (the fallback of a device
+# without a compiled kernel, and what tests compare the kernels with), fake kernels, autograd
 # ---------------------------------------------------------------------------------------
 
 # A chunk's temporaries cost about this many bytes per scored pair (int64 pair indices, the
@@ -422,6 +430,7 @@ def _loss_grad(grad_loss, score_grad, x_src, x_dst, src_index, dst_index, seed, 
 
 
 def fallback_impls() -> dict:
+    """The composite implementation of both ops (registered where no kernel serves)."""
     return {"edge_dot_loss": _loss_forward, "edge_dot_loss_grad": _loss_grad}
 
 

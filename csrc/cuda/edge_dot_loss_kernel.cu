@@ -1,0 +1,469 @@
+// CUDA kernels of edge_dot_loss (schemas in csrc/edge_dot_loss.cpp). The negatives are drawn
+// per lane from the counter-based generator of csrc/edge_dot_loss_common.h (the functions the
+// CPU kernels use), so both devices and the composite draw the same pairs.
+//
+// Forward, three kernels:
+//   1. scores: the E * (1 + K) pairs, pair p = e * (1 + K) + j (j = 0 the positive, j >= 1 its
+//      negative j - 1), scored like edge_dot's forward: lane l of a warp draws pair l of a
+//      chunk of 32 (a chunk ahead, so the draw and its binary search hide behind the row
+//      loads), groups of G lanes score them with 16-byte loads and shuffles. The scores go to
+//      score_grad [E, 1 + K] itself (its layout is the pair index), in the features' dtype
+//      as edge_dot returns them.
+//   2. terms: one thread per positive turns its row of scores into the loss terms and
+//      dloss/dscore in place, and reports first_bad; a block sums a fixed tile of positives
+//      (threads in opmath, the block's tree in float64, in a fixed order).
+//   3. the tiles' sums added by one block in a fixed order, divided for "mean".
+// No grid-stride loop decides what a block sums, so the loss has the same bits on every run
+// and every GPU. Traffic beyond edge_dot's over the same pairs: the [E, 1 + K] scores written,
+// read and written again (8 bytes a pair in fp32 against 2 * D * 4 gathered).
+//
+// Backward: chunks of positives; per chunk one kernel regenerates the pairs and their weights
+// grad_loss * score_grad (/ count for "mean", in the features' dtype as the composite hands
+// them on), and edge_dot_grad's deterministic CUDA kernels (sort by row, then one walk per
+// row; called through the dispatcher) scatter them, once per gradient needed; chunks are
+// added in order. A chunk's pair indices are materialized (int32 where the rows allow):
+// chunk-bounded as the composite's (max(2^24 pairs, the gradients' bytes / 48)), which is
+// what keeps edge_dot_grad's sort, itself O(pairs), reusable as it is.
+#include <ATen/ATen.h>
+#include <ATen/OpMathType.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <tuple>
+
+#include "common.h"
+#include "edge_dot_loss_common.h"
+#include "vec.cuh"
+
+namespace pyg_edgedot {
+namespace {
+
+using namespace ::pyg_edgedot::cuda;
+using loss::Loss;
+using loss::Space;
+
+constexpr int kThreads = 256;
+constexpr int64_t kTermsPerThread = 4;                     // positives per thread, kernel 2
+constexpr int64_t kTile = kThreads * kTermsPerThread;      // positives per block, kernel 2
+constexpr int kScoreEdgesInFlight = 4;                     // as edge_dot's forward
+
+inline int64_t grid_for_warps(int64_t num_warps_needed) {
+  const int64_t warps_per_block = kThreads / kWarp;
+  const int64_t blocks = (num_warps_needed + warps_per_block - 1) / warps_per_block;
+  return std::max<int64_t>(1, std::min(blocks, num_sms() * 32));
+}
+
+// The seed: read on the device when it lives there (no host synchronization; CUDA graphs
+// replay the updated value), else given.
+__device__ __forceinline__ uint64_t stream_key(const Space& sp, const int64_t* seed_ptr) {
+  return seed_ptr != nullptr ? loss::mix64(static_cast<uint64_t>(*seed_ptr)) : sp.key;
+}
+
+// Pair p's rows, or (-1, -1) past the end or for a positive with an index out of range.
+template <typename index_t>
+__device__ __forceinline__ void pair_of(const Space& sp, int64_t p, int64_t num_pairs,
+                                        const index_t* __restrict__ src_index,
+                                        int64_t src_index_stride,
+                                        const index_t* __restrict__ dst_index,
+                                        int64_t dst_index_stride, int64_t num_src_rows,
+                                        int64_t num_dst_rows, int64_t& s, int64_t& d) {
+  s = d = -1;
+  if (p >= num_pairs) return;
+  const int64_t width = 1 + sp.num_negatives;
+  const int64_t e = p / width, j = p - e * width;
+  const int64_t ps = static_cast<int64_t>(src_index[e * src_index_stride]);
+  const int64_t pd = static_cast<int64_t>(dst_index[e * dst_index_stride]);
+  if (ps < 0 || ps >= num_src_rows || pd < 0 || pd >= num_dst_rows) return;
+  if (j == 0) {
+    s = ps;
+    d = pd;
+  } else {
+    loss::negative(sp, e, j - 1, ps, s, d);
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Forward 1: scores
+// ---------------------------------------------------------------------------------------
+
+template <typename scalar_t, typename index_t, int VEC, int EPG>
+__global__ void __launch_bounds__(kThreads, 3) loss_score_kernel(
+    const scalar_t* __restrict__ x_src, int64_t src_row_stride, int64_t num_src,  // [N_src, D]
+    const scalar_t* __restrict__ x_dst, int64_t dst_row_stride, int64_t num_dst,  // [N_dst, D]
+    const index_t* __restrict__ src_index, int64_t src_index_stride,              // [E]
+    const index_t* __restrict__ dst_index, int64_t dst_index_stride,              // [E]
+    Space sp, const int64_t* __restrict__ seed_ptr,
+    scalar_t* __restrict__ scores,  // [E * (1 + K)]
+    int64_t num_pairs, int64_t feat_dim, int group_size) {
+  using acc_t = at::opmath_type<scalar_t>;
+  sp.key = stream_key(sp, seed_ptr);
+  const int64_t warp = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
+  const int64_t warp_stride = static_cast<int64_t>(gridDim.x) * blockDim.x / kWarp * kWarp;
+  const int lane_in_warp = threadIdx.x % kWarp;
+  const int lane = lane_in_warp % group_size;
+  const int group_first = lane_in_warp - lane;
+  const int batch = EPG < group_size ? EPG : group_size;
+
+  int64_t next_s, next_d;
+  pair_of(sp, warp * kWarp + lane_in_warp, num_pairs, src_index, src_index_stride, dst_index,
+          dst_index_stride, num_src, num_dst, next_s, next_d);
+  for (int64_t chunk = warp * kWarp; chunk < num_pairs; chunk += warp_stride) {
+    const int64_t my_s = next_s, my_d = next_d;
+    pair_of(sp, chunk + warp_stride + lane_in_warp, num_pairs, src_index, src_index_stride,
+            dst_index, dst_index_stride, num_src, num_dst, next_s, next_d);  // a chunk ahead
+    const int64_t my_pair = chunk + lane_in_warp;
+    acc_t my_score = std::numeric_limits<acc_t>::quiet_NaN();
+    for (int t0 = 0; t0 < group_size; t0 += batch) {
+      const scalar_t* src_row[EPG];
+      const scalar_t* dst_row[EPG];
+      bool valid[EPG];
+      acc_t acc[EPG];
+#pragma unroll
+      for (int j = 0; j < EPG; ++j) {
+        const int source_lane = group_first + t0 + (j < batch ? j : 0);
+        const int64_t s = __shfl_sync(0xffffffffu, my_s, source_lane);
+        const int64_t d = __shfl_sync(0xffffffffu, my_d, source_lane);
+        valid[j] = j < batch && s >= 0 && d >= 0;
+        src_row[j] = x_src + (valid[j] ? s : 0) * src_row_stride;
+        dst_row[j] = x_dst + (valid[j] ? d : 0) * dst_row_stride;
+        acc[j] = acc_t(0);
+      }
+      for (int64_t k = static_cast<int64_t>(lane) * VEC; k < feat_dim;
+           k += static_cast<int64_t>(group_size) * VEC) {
+        Packed<scalar_t, VEC> a[EPG], b[EPG];
+#pragma unroll
+        for (int j = 0; j < EPG; ++j) {
+          if (valid[j]) {
+            a[j].load(src_row[j] + k);
+            b[j].load(dst_row[j] + k);
+          }
+        }
+#pragma unroll
+        for (int j = 0; j < EPG; ++j) {
+          if (valid[j]) {
+#pragma unroll
+            for (int i = 0; i < VEC; ++i) acc[j] += a[j].get(i) * b[j].get(i);
+          }
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < EPG; ++j) {
+        for (int offset = group_size / 2; offset > 0; offset /= 2) {
+          acc[j] += __shfl_xor_sync(0xffffffffu, acc[j], offset);
+        }
+        if (j < batch && lane == t0 + j && valid[j]) my_score = acc[j];
+      }
+    }
+    if (my_pair < num_pairs) scores[my_pair] = static_cast<scalar_t>(my_score);
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Forward 2 and 3: terms, dloss/dscore, the loss
+// ---------------------------------------------------------------------------------------
+
+// In-place fixed-order tree over kThreads float64 values; returns the sum in thread 0.
+__device__ __forceinline__ double block_sum(double value, double* shared) {
+  shared[threadIdx.x] = value;
+  __syncthreads();
+  for (int half = kThreads / 2; half > 0; half /= 2) {
+    if (threadIdx.x < half) shared[threadIdx.x] += shared[threadIdx.x + half];
+    __syncthreads();
+  }
+  return shared[0];
+}
+
+template <typename scalar_t, typename index_t>
+__global__ void __launch_bounds__(kThreads) loss_terms_kernel(
+    const index_t* __restrict__ src_index, int64_t src_index_stride, int64_t num_src,
+    const index_t* __restrict__ dst_index, int64_t dst_index_stride, int64_t num_dst,
+    scalar_t* __restrict__ score_grad,  // [E, 1 + K]: scores in, dloss/dscore out
+    int64_t num_edges, int64_t width, Loss loss_kind, double* __restrict__ partial,
+    unsigned long long* __restrict__ first_bad) {
+  using acc_t = at::opmath_type<scalar_t>;
+  __shared__ double shared[kThreads];
+  acc_t sum = 0;
+  const int64_t base = static_cast<int64_t>(blockIdx.x) * kTile;
+  for (int64_t i = threadIdx.x; i < kTile; i += kThreads) {
+    const int64_t e = base + i;
+    if (e >= num_edges) break;
+    scalar_t* row = score_grad + e * width;
+    const int64_t s = static_cast<int64_t>(src_index[e * src_index_stride]);
+    const int64_t d = static_cast<int64_t>(dst_index[e * dst_index_stride]);
+    if (s < 0 || s >= num_src || d < 0 || d >= num_dst) {
+      atomicMin(first_bad, static_cast<unsigned long long>(e));
+      sum += std::numeric_limits<acc_t>::quiet_NaN();
+      for (int64_t j = 0; j < width; ++j) row[j] = scalar_t(0);
+      continue;
+    }
+    sum += loss::positive_terms<acc_t>(loss_kind, row, row, width);
+  }
+  const double total = block_sum(static_cast<double>(sum), shared);
+  if (threadIdx.x == 0) partial[blockIdx.x] = total;
+}
+
+template <typename scalar_t>
+__global__ void __launch_bounds__(kThreads) loss_total_kernel(const double* __restrict__ partial,
+                                                              int64_t num_partial, double count,
+                                                              scalar_t* __restrict__ out) {
+  using acc_t = at::opmath_type<scalar_t>;
+  __shared__ double shared[kThreads];
+  double sum = 0;
+  for (int64_t i = threadIdx.x; i < num_partial; i += kThreads) sum += partial[i];
+  const double total = block_sum(sum, shared);
+  if (threadIdx.x == 0) {
+    out[0] = static_cast<scalar_t>(static_cast<acc_t>(count > 0 ? total / count : total));
+  }
+}
+
+template <typename scalar_t, typename index_t, int VEC>
+void launch_scores(const at::Tensor& x_src, const at::Tensor& x_dst, const at::Tensor& src_index,
+                   const at::Tensor& dst_index, const Space& sp, const int64_t* seed_ptr,
+                   at::Tensor& score_grad, cudaStream_t stream) {
+  const int64_t num_pairs = score_grad.numel(), feat_dim = x_src.size(1);
+  const int group = group_size_for(feat_dim, VEC);
+  loss_score_kernel<scalar_t, index_t, VEC, kScoreEdgesInFlight>
+      <<<grid_for_warps((num_pairs + kWarp - 1) / kWarp), kThreads, 0, stream>>>(
+          x_src.const_data_ptr<scalar_t>(), x_src.stride(0), x_src.size(0),
+          x_dst.const_data_ptr<scalar_t>(), x_dst.stride(0), x_dst.size(0),
+          src_index.const_data_ptr<index_t>(), src_index.stride(0),
+          dst_index.const_data_ptr<index_t>(), dst_index.stride(0), sp, seed_ptr,
+          score_grad.mutable_data_ptr<scalar_t>(), num_pairs, feat_dim, group);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+// The space's device pointers and seed: a CPU seed is read here (no synchronization), a
+// device seed in the kernels.
+Space device_space(Space sp, const at::Tensor& adj, const at::Tensor& row_ptr,
+                   const at::Tensor& seed, const int64_t** seed_ptr) {
+  sp.adj = adj.const_data_ptr<int64_t>();
+  sp.row_ptr = row_ptr.numel() > 0 ? row_ptr.const_data_ptr<int64_t>() : nullptr;
+  if (seed.is_cuda()) {
+    *seed_ptr = seed.const_data_ptr<int64_t>();
+  } else {
+    *seed_ptr = nullptr;
+    sp.key = loss::mix64(static_cast<uint64_t>(seed.item<int64_t>()));
+  }
+  return sp;
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> edge_dot_loss_cuda(
+    const at::Tensor& x_src_in, const at::Tensor& x_dst_in, const at::Tensor& src_index,
+    const at::Tensor& dst_index, const at::Tensor& seed, const at::Tensor& excluded_adj,
+    const at::Tensor& row_ptr_in, int64_t num_negatives, int64_t num_src_nodes,
+    int64_t num_dst_nodes, bool self_loops, c10::string_view negatives, c10::string_view loss,
+    c10::string_view reduction) {
+  const char* op = "edge_dot_loss";
+  const c10::cuda::OptionalCUDAGuard guard(x_src_in.device());
+  const loss::Options options = loss::parse_options(op, negatives, loss, reduction);
+  const Space space0 = loss::make_space(op, x_src_in, x_dst_in, src_index, dst_index, seed,
+                                        excluded_adj, row_ptr_in, num_negatives, num_src_nodes,
+                                        num_dst_nodes, self_loops, options.structured);
+  const at::Tensor x_src = unit_column_stride(x_src_in);
+  const at::Tensor x_dst = unit_column_stride(x_dst_in);
+  const at::Tensor adj = excluded_adj.contiguous();
+  const at::Tensor row_ptr = row_ptr_in.contiguous();
+  const int64_t num_edges = src_index.size(0), width = 1 + num_negatives;
+  at::Tensor score_grad = at::empty({num_edges, width}, x_src.options());
+  at::Tensor first_bad = at::full({1}, -1, x_src.options().dtype(at::kLong));
+  at::Tensor out = at::empty({}, x_src.options());
+  const double count = options.mean ? static_cast<double>(
+                                          num_edges * loss::terms_per_positive(options.loss,
+                                                                               num_negatives))
+                                    : 0.0;
+  if (num_edges == 0) {
+    out.fill_(options.mean ? std::numeric_limits<double>::quiet_NaN() : 0.0);
+    return {out, first_bad, score_grad};
+  }
+  const int64_t* seed_ptr = nullptr;
+  const Space sp = device_space(space0, adj, row_ptr, seed, &seed_ptr);
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  const int64_t num_tiles = (num_edges + kTile - 1) / kTile;
+  at::Tensor partial = at::empty({num_tiles}, x_src.options().dtype(at::kDouble));
+  auto* first_bad_ptr =
+      reinterpret_cast<unsigned long long*>(first_bad.mutable_data_ptr<int64_t>());
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x_src.scalar_type(), "edge_dot_loss_cuda", [&] {
+    AT_DISPATCH_INDEX_TYPES(src_index.scalar_type(), "edge_dot_loss_cuda", [&] {
+      constexpr int kVec = 16 / sizeof(scalar_t);
+      if (rows_vectorizable(x_src, kVec) && rows_vectorizable(x_dst, kVec)) {
+        launch_scores<scalar_t, index_t, kVec>(x_src, x_dst, src_index, dst_index, sp, seed_ptr,
+                                               score_grad, stream);
+      } else {
+        launch_scores<scalar_t, index_t, 1>(x_src, x_dst, src_index, dst_index, sp, seed_ptr,
+                                            score_grad, stream);
+      }
+      loss_terms_kernel<scalar_t, index_t><<<num_tiles, kThreads, 0, stream>>>(
+          src_index.const_data_ptr<index_t>(), src_index.stride(0), x_src.size(0),
+          dst_index.const_data_ptr<index_t>(), dst_index.stride(0), x_dst.size(0),
+          score_grad.mutable_data_ptr<scalar_t>(), num_edges, width, options.loss,
+          partial.mutable_data_ptr<double>(), first_bad_ptr);
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+      loss_total_kernel<scalar_t><<<1, kThreads, 0, stream>>>(
+          partial.const_data_ptr<double>(), num_tiles, count, out.mutable_data_ptr<scalar_t>());
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+    });
+  });
+  return {out, first_bad, score_grad};
+}
+
+// ---------------------------------------------------------------------------------------
+// Backward
+// ---------------------------------------------------------------------------------------
+
+// Pairs [p0, p0 + n) and their weights; a positive out of range gives (-1, -1) pairs, which
+// edge_dot_grad skips.
+template <typename scalar_t, typename index_t, typename out_index_t>
+__global__ void __launch_bounds__(kThreads) loss_pairs_kernel(
+    const index_t* __restrict__ src_index, int64_t src_index_stride, int64_t num_src,
+    const index_t* __restrict__ dst_index, int64_t dst_index_stride, int64_t num_dst,
+    Space sp, const int64_t* __restrict__ seed_ptr, const scalar_t* __restrict__ score_grad,
+    const at::opmath_type<scalar_t>* __restrict__ grad_loss, double count, int64_t num_pairs, int64_t p0,
+    int64_t n, out_index_t* __restrict__ src_out, out_index_t* __restrict__ dst_out,
+    scalar_t* __restrict__ weight_out) {
+  using acc_t = at::opmath_type<scalar_t>;
+  sp.key = stream_key(sp, seed_ptr);
+  // as the composite: grad_loss in opmath, divided by the count in opmath for "mean"
+  acc_t scale = grad_loss[0];
+  if (count > 0) scale = scale / static_cast<acc_t>(count);
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += stride) {
+    int64_t s, d;
+    pair_of(sp, p0 + i, num_pairs, src_index, src_index_stride, dst_index, dst_index_stride,
+            num_src, num_dst, s, d);
+    src_out[i] = static_cast<out_index_t>(s);
+    dst_out[i] = static_cast<out_index_t>(d);
+    weight_out[i] = static_cast<scalar_t>(static_cast<acc_t>(score_grad[p0 + i]) * scale);
+  }
+}
+
+// edge_dot_grad's CUDA kernel, through the dispatcher (below autograd).
+at::Tensor edge_dot_grad_op(const at::Tensor& grad, const at::Tensor& x_gather,
+                            const at::Tensor& scatter, const at::Tensor& gather,
+                            int64_t num_rows) {
+  static const auto handle =
+      c10::Dispatcher::singleton()
+          .findSchemaOrThrow("pyg_edgedot::edge_dot_grad", "")
+          .typed<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                            const at::Tensor&, c10::SymInt)>();
+  return handle.redispatch(c10::DispatchKeySet(c10::DispatchKey::CUDA), grad, x_gather, scatter,
+                           gather, c10::SymInt(num_rows));
+}
+
+// A chunk's gradient added to the running one, in opmath for 16-bit types (as the composite).
+void accumulate(at::Tensor& total, const at::Tensor& part) {
+  if (!total.defined()) {
+    total = part;
+    return;
+  }
+  const auto acc_type = at::toOpMathType(total.scalar_type());
+  if (total.scalar_type() != acc_type) total = total.to(acc_type);
+  total.add_(part);
+}
+
+std::tuple<at::Tensor, at::Tensor> edge_dot_loss_grad_cuda(
+    const at::Tensor& grad_loss, const at::Tensor& score_grad_in, const at::Tensor& x_src_in,
+    const at::Tensor& x_dst_in, const at::Tensor& src_index, const at::Tensor& dst_index,
+    const at::Tensor& seed, const at::Tensor& excluded_adj, const at::Tensor& row_ptr_in,
+    int64_t num_negatives, int64_t num_src_nodes, int64_t num_dst_nodes, bool self_loops,
+    c10::string_view negatives, c10::string_view loss, c10::string_view reduction,
+    bool needs_src, bool needs_dst) {
+  const char* op = "edge_dot_loss_grad";
+  const c10::cuda::OptionalCUDAGuard guard(x_src_in.device());
+  const loss::Options options = loss::parse_options(op, negatives, loss, reduction);
+  const Space space0 = loss::make_space(op, x_src_in, x_dst_in, src_index, dst_index, seed,
+                                        excluded_adj, row_ptr_in, num_negatives, num_src_nodes,
+                                        num_dst_nodes, self_loops, options.structured);
+  const int64_t num_edges = src_index.size(0), width = 1 + num_negatives;
+  TORCH_CHECK(grad_loss.dim() == 0 && grad_loss.device() == x_src_in.device(), op,
+              ": grad_loss must be a 0-dim tensor on ", x_src_in.device());
+  TORCH_CHECK(score_grad_in.dim() == 2 && score_grad_in.size(0) == num_edges &&
+                  score_grad_in.size(1) == width &&
+                  score_grad_in.scalar_type() == x_src_in.scalar_type() &&
+                  score_grad_in.device() == x_src_in.device(),
+              op, ": score_grad must be [E, 1 + num_negatives] in x_src's dtype and device");
+  const at::Tensor x_src = unit_column_stride(x_src_in);
+  const at::Tensor x_dst = unit_column_stride(x_dst_in);
+  const at::Tensor score_grad = score_grad_in.contiguous();
+  const at::Tensor adj = excluded_adj.contiguous();
+  const at::Tensor row_ptr = row_ptr_in.contiguous();
+  const int64_t feat_dim = x_src.size(1);
+  const at::Tensor scale_in = grad_loss.to(at::toOpMathType(x_src.scalar_type()));
+  at::Tensor grads[2];
+  const int64_t num_pairs = num_edges * width;
+  if (num_pairs > 0 && (needs_src || needs_dst)) {
+    const int64_t* seed_ptr = nullptr;
+    const Space sp = device_space(space0, adj, row_ptr, seed, &seed_ptr);
+    const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+    const double count = options.mean ? static_cast<double>(
+                                            num_edges * loss::terms_per_positive(options.loss,
+                                                                                 num_negatives))
+                                      : 0.0;
+    // Chunks as the composite's: max(2^24 pairs, the gradients' bytes / 48), whole positives.
+    const int64_t grad_bytes = (x_src.numel() + x_dst.numel()) * x_src.element_size();
+    const int64_t chunk_pos = std::max<int64_t>(
+        1, std::max<int64_t>(int64_t{1} << 24, grad_bytes / 48) / width);
+    const int64_t int32_max = std::numeric_limits<int32_t>::max();
+    const bool small = x_src.size(0) < int32_max && x_dst.size(0) < int32_max;
+    const auto index_options = src_index.options().dtype(small ? at::kInt : at::kLong);
+    for (int64_t start = 0; start < num_edges; start += chunk_pos) {
+      const int64_t n = (std::min(num_edges, start + chunk_pos) - start) * width;
+      at::Tensor src_pairs = at::empty({n}, index_options);
+      at::Tensor dst_pairs = at::empty({n}, index_options);
+      at::Tensor weights = at::empty({n}, x_src.options());
+      AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x_src.scalar_type(), "edge_dot_loss_grad_cuda", [&] {
+        AT_DISPATCH_INDEX_TYPES(src_index.scalar_type(), "edge_dot_loss_grad_cuda", [&] {
+          using acc_t = at::opmath_type<scalar_t>;
+          auto launch = [&](auto out_tag) {
+            using out_index_t = decltype(out_tag);
+            const int64_t blocks = std::max<int64_t>(
+                1, std::min<int64_t>((n + kThreads - 1) / kThreads, num_sms() * 32));
+            loss_pairs_kernel<scalar_t, index_t, out_index_t><<<blocks, kThreads, 0, stream>>>(
+                src_index.const_data_ptr<index_t>(), src_index.stride(0), x_src.size(0),
+                dst_index.const_data_ptr<index_t>(), dst_index.stride(0), x_dst.size(0), sp,
+                seed_ptr, score_grad.const_data_ptr<scalar_t>(),
+                scale_in.const_data_ptr<acc_t>(), count, num_pairs, start * width, n,
+                src_pairs.mutable_data_ptr<out_index_t>(),
+                dst_pairs.mutable_data_ptr<out_index_t>(), weights.mutable_data_ptr<scalar_t>());
+            C10_CUDA_KERNEL_LAUNCH_CHECK();
+          };
+          if (small) {
+            launch(int32_t{});
+          } else {
+            launch(int64_t{});
+          }
+        });
+      });
+      if (needs_src) {
+        accumulate(grads[0], edge_dot_grad_op(weights, x_dst, src_pairs, dst_pairs,
+                                              x_src.size(0)));
+      }
+      if (needs_dst) {
+        accumulate(grads[1], edge_dot_grad_op(weights, x_src, dst_pairs, src_pairs,
+                                              x_dst.size(0)));
+      }
+    }
+  }
+  auto finish = [&](at::Tensor& grad, bool needed, const at::Tensor& x) {
+    if (!needed) return at::empty({0, feat_dim}, x.options());
+    if (!grad.defined()) return at::zeros({x.size(0), feat_dim}, x.options());
+    return grad.scalar_type() == x.scalar_type() ? grad : grad.to(x.scalar_type());
+  };
+  return {finish(grads[0], needs_src, x_src), finish(grads[1], needs_dst, x_dst)};
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(pyg_edgedot, CUDA, m) {
+  m.impl("edge_dot_loss", &edge_dot_loss_cuda);
+  m.impl("edge_dot_loss_grad", &edge_dot_loss_grad_cuda);
+}
+
+}  // namespace pyg_edgedot
