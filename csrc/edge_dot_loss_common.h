@@ -10,31 +10,13 @@
 #include <cmath>
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define PYG_EDGEDOT_HD __host__ __device__ __forceinline__
-#else
-#define PYG_EDGEDOT_HD inline
-#endif
-
-// Math in host and device code: std:: (its float overloads) on the host, CUDA's overloads of
-// the global names on the device.
-#if defined(__CUDA_ARCH__)
-#define PYG_EDGEDOT_MATH(fn) ::fn
-#else
-#define PYG_EDGEDOT_MATH(fn) std::fn
-#endif
+#include "counter_rng.h"
 
 namespace pyg_edgedot {
 namespace loss {
 
-constexpr uint64_t kGamma = 0x9E3779B97F4A7C15ULL;  // splitmix64's increment
-
-// splitmix64's finalizer (uint64 arithmetic wraps, as the Python side's int64 ops do).
-PYG_EDGEDOT_HD uint64_t mix64(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-  return z ^ (z >> 31);
-}
+using rng::kGamma;
+using rng::mix64;
 
 // u in [0, 1) of counter c = e * K + k: output c of splitmix64 seeded with mix64(seed), whose
 // stream key is `key` = mix64(seed); 53 bits, exact in float64.
@@ -48,20 +30,6 @@ PYG_EDGEDOT_HD double uniform(uint64_t key, int64_t counter) {
 PYG_EDGEDOT_HD int64_t scaled(double u, int64_t m) {
   const int64_t r = static_cast<int64_t>(PYG_EDGEDOT_MATH(floor)(u * static_cast<double>(m)));
   return r < m - 1 ? r : m - 1;
-}
-
-// key(r) = r + #{i : adj[i] <= r} (torch.searchsorted(adj, r, right=True)) over the sorted
-// adj_i = e_i - i of the excluded keys: the complement's rank r as a key. The count is
-// searched in [lo, hi) of adj.
-PYG_EDGEDOT_HD int64_t upper_bound_in(const int64_t* adj, int64_t lo, int64_t hi, int64_t rank) {
-  int64_t len = hi - lo;
-  while (len > 0) {  // branch-light
-    const int64_t half = len / 2;
-    const bool right = adj[lo + half] <= rank;
-    lo = right ? lo + half + 1 : lo;
-    len = right ? len - half - 1 : half;
-  }
-  return lo;
 }
 
 // An optional index over adj (the CPU kernels build it for long adj): bucket[b] =
@@ -79,9 +47,9 @@ PYG_EDGEDOT_HD int64_t rank_to_key(const int64_t* adj, int64_t num_adj, const Ad
   if (rank < 0) return rank;  // every adj_i >= 0
   const int64_t b = rank >> index.shift;
   if (index.bucket != nullptr && b < index.num_buckets) {
-    return rank + upper_bound_in(adj, index.bucket[b], index.bucket[b + 1], rank);
+    return rank + rng::upper_bound(adj, index.bucket[b], index.bucket[b + 1], rank);
   }
-  return rank + upper_bound_in(adj, 0, num_adj, rank);
+  return rank + rng::upper_bound(adj, 0, num_adj, rank);
 }
 
 // floor(a / b) and a - b * floor(a / b) (Python's // and %, which the composite uses, so

@@ -12,27 +12,19 @@
 #include <cstdint>
 #include <string>
 
-#if defined(__CUDACC__)
-#define PYG_EDGEDOT_HD __host__ __device__ __forceinline__
-#else
-#define PYG_EDGEDOT_HD inline __attribute__((always_inline))
-#endif
+#include "counter_rng.h"
 
 namespace pyg_edgedot {
 namespace negsample {
 
-constexpr uint64_t kGamma = 0x9E3779B97F4A7C15ULL;       // splitmix64's increment
+using rng::kGamma;
+using rng::mix64;
+using rng::upper_bound;
 constexpr uint64_t kStreamStep = 0xD1B54A32D192ED03ULL;  // odd: distinct stream keys
 constexpr uint64_t kRankStream = 0, kBucketStream = 1, kShuffleStream = 2;
 constexpr int64_t kInCacheShuffle = 1 << 16;             // keys Fisher-Yates shuffles directly
 constexpr int64_t kBucketTarget = 1 << 12;               // keys per bucket of the permutation
 constexpr int kMaxTopUpRounds = 64;  // each round adds >= 1 rank with prob. > 1 - 4^-8
-
-PYG_EDGEDOT_HD uint64_t mix64(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-  return z ^ (z >> 31);
-}
 
 // a * b as 128 bits: returns the high word, stores the low one.
 PYG_EDGEDOT_HD uint64_t mul_wide(uint64_t a, uint64_t b, uint64_t& low) {
@@ -74,19 +66,6 @@ struct Stream {
     return high;
   }
 };
-
-// The first index in [lo, hi) whose adj exceeds r (adj non-decreasing): std::upper_bound.
-PYG_EDGEDOT_HD int64_t upper_bound(const int64_t* adj, int64_t lo, int64_t hi, int64_t r) {
-  while (lo < hi) {
-    const int64_t mid = lo + (hi - lo) / 2;
-    if (adj[mid] <= r) {
-      lo = mid + 1;
-    } else {
-      hi = mid;
-    }
-  }
-  return lo;
-}
 
 // Rank r of the complement -> its key r + #{i : adj_i <= r}.
 PYG_EDGEDOT_HD int64_t rank_to_key(const int64_t* adj, int64_t num_adj, int64_t r) {
