@@ -245,5 +245,18 @@ inline Space make_space(const char* op, const at::Tensor& x_src, const at::Tenso
   return sp;
 }
 
+// edge_dot_loss_grad's own arguments: grad_loss a 0-dim tensor and score_grad [E, 1 + K] in
+// x_src's dtype, both on x_src's device.
+inline void check_grad_args(const char* op, const at::Tensor& grad_loss,
+                            const at::Tensor& score_grad, const at::Tensor& x_src,
+                            int64_t num_edges, int64_t width) {
+  TORCH_CHECK(grad_loss.dim() == 0 && grad_loss.device() == x_src.device(), op,
+              ": grad_loss must be a 0-dim tensor on ", x_src.device());
+  TORCH_CHECK(score_grad.dim() == 2 && score_grad.size(0) == num_edges &&
+                  score_grad.size(1) == width && score_grad.scalar_type() == x_src.scalar_type() &&
+                  score_grad.device() == x_src.device(),
+              op, ": score_grad must be [E, 1 + num_negatives] in x_src's dtype and device");
+}
+
 }  // namespace loss
 }  // namespace pyg_edgedot

@@ -382,13 +382,7 @@ std::tuple<at::Tensor, at::Tensor> edge_dot_loss_grad_cuda(
                                         excluded_adj, row_ptr_in, num_negatives, num_src_nodes,
                                         num_dst_nodes, self_loops, options.structured);
   const int64_t num_edges = src_index.size(0), width = 1 + num_negatives;
-  TORCH_CHECK(grad_loss.dim() == 0 && grad_loss.device() == x_src_in.device(), op,
-              ": grad_loss must be a 0-dim tensor on ", x_src_in.device());
-  TORCH_CHECK(score_grad_in.dim() == 2 && score_grad_in.size(0) == num_edges &&
-                  score_grad_in.size(1) == width &&
-                  score_grad_in.scalar_type() == x_src_in.scalar_type() &&
-                  score_grad_in.device() == x_src_in.device(),
-              op, ": score_grad must be [E, 1 + num_negatives] in x_src's dtype and device");
+  loss::check_grad_args(op, grad_loss, score_grad_in, x_src_in, num_edges, width);
   const at::Tensor x_src = unit_column_stride(x_src_in);
   const at::Tensor x_dst = unit_column_stride(x_dst_in);
   const at::Tensor score_grad = score_grad_in.contiguous();
