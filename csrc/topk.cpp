@@ -1,6 +1,6 @@
 // Top-k retrieval (recommendation): the schema. The CPU kernel is in csrc/cpu/topk_kernel.cpp,
-// the CUDA kernel in csrc/cuda/topk_kernel.cu, the per-element rules they share (the order,
-// the running top-k, the exclusion cursor) in csrc/topk_order.h. Without a compiled library
+// the CUDA kernel in csrc/cuda/topk_kernel.cu (its per-element rules, the order, the running
+// top-k and the exclusion cursor, in csrc/topk_order.h). Without a compiled library
 // the pure-PyTorch implementation registered from pyg_edgedot/ops/topk.py runs. Fake kernel
 // and the (non-differentiable) autograd registration are in that module too.
 #include <torch/library.h>

@@ -1,5 +1,6 @@
-// topk_dst's per-element rules (schema in csrc/topk.cpp), shared by the CPU kernel
-// (csrc/cpu/topk_kernel.cpp) and the CUDA kernel (csrc/cuda/topk_kernel.cu), host and device:
+// topk_dst's per-element rules (schema in csrc/topk.cpp) as the CUDA kernel
+// (csrc/cuda/topk_kernel.cu) applies them, callable on host and device (the C++ kernel,
+// csrc/cpu/topk_kernel.cpp, follows the same rules with its own heap and scan):
 // the total order of (score, index) pairs, a running top-k kept as a sorted list, and the walk
 // over one source's excluded destinations. Plain C++ without ATen, so a host test can include
 // it on its own.

@@ -25,7 +25,7 @@
 // fallback's float64 merge does.
 //
 // The per-element rules (order_key, ranks_above, insert_sorted, the exclusion cursor) are in
-// csrc/topk_order.h, shared with the CPU kernel and testable on the host.
+// csrc/topk_order.h, plain C++ that a host test can include.
 #include <ATen/ATen.h>
 #include <ATen/OpMathType.h>
 #include <c10/cuda/CUDAException.h>

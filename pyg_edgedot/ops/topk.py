@@ -6,8 +6,8 @@ score matrix computed into a thread-local buffer, scanned against each source's 
 k-th best score); the CUDA kernel in ``csrc/cuda/topk_kernel.cu`` (a fused tiled product:
 a block scores its tile of sources against tiles of destinations in registers and keeps
 each source's running top-k in shared memory; float64, and ``k`` above 128 or ``D`` above
-256, take tiles of ``at::mm`` merged by stable sorts). The per-element rules both kernels
-follow are in ``csrc/topk_order.h``. Without a compiled library (or with the CPU-only one,
+256, take tiles of ``at::mm`` merged by stable sorts; its per-element rules are in
+``csrc/topk_order.h``). Without a compiled library (or with the CPU-only one,
 for CUDA tensors) this module's pure-PyTorch implementation runs (:func:`_fallback_topk`:
 tiles of ``torch.mm`` merged into a running top-k).
 
