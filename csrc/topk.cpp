@@ -1,7 +1,8 @@
-// Top-k retrieval (recommendation): the schema. The CPU kernel is in csrc/cpu/topk_kernel.cpp;
-// there is no CUDA kernel: CUDA tensors (and the CPU without a compiled library) run the
-// pure-PyTorch implementation registered from pyg_edgedot/ops/topk.py. Fake kernel and the
-// (non-differentiable) autograd registration are in that module too.
+// Top-k retrieval (recommendation): the schema. The CPU kernel is in csrc/cpu/topk_kernel.cpp,
+// the CUDA kernel in csrc/cuda/topk_kernel.cu (its per-element rules, the order, the running
+// top-k and the exclusion cursor, in csrc/topk_order.h). Without a compiled library
+// the pure-PyTorch implementation registered from pyg_edgedot/ops/topk.py runs. Fake kernel
+// and the (non-differentiable) autograd registration are in that module too.
 #include <torch/library.h>
 
 TORCH_LIBRARY_FRAGMENT(pyg_edgedot, m) {

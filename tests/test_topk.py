@@ -309,6 +309,135 @@ def test_cpp_kernel_and_fallback_agree(device, gen, tiny_tiles):
         assert torch.equal(got[1], expected[1]) and torch.equal(got[0], expected[0])
 
 
+# ---- the CUDA kernel's paths: tiles of 64 sources x 64 destinations, k <= 128 and D <= 256
+# fused (float32 / float16 / bfloat16), the rest (float64, larger k or D) at::mm + sorts ----
+
+HAS_CUDA = torch.cuda.is_available()
+needs_cuda = pytest.mark.skipif(not HAS_CUDA, reason="CUDA is not available")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=dtype_id)
+@pytest.mark.parametrize("k", [1, 20, 64, 128, 129, 300])
+def test_ties_across_cuda_tiles(k, dtype, device, gen):
+    # 150 sources (three row tiles of 64, the last partial) x 700 destinations (tiles of 64,
+    # the last partial); a few scores tie at the tile edges (63 | 64, 127 | 128, 639 | 640),
+    # the rest are small integers that tie often. k = 128 is the fused cap, 129 and 300 the
+    # other path.
+    num_src, num_dst, dim = 150, 700, 9
+    x_src = int_features(gen, num_src, dim, dtype, device, -2, 3)
+    x_dst = int_features(gen, num_dst, dim, dtype, device, -2, 3)
+    x_dst[[63, 64, 127, 128, 639, 640, 699]] = 2
+    x_src[::7] = 2
+    exclude = random_pairs(gen, num_src, num_dst, 4000, torch.int64, device)
+    exclude = torch.cat([exclude, torch.tensor([[0, 0, 7, 14], [64, 127, 63, 640]],
+                                               device=device)], 1)
+    src_index = torch.randint(0, num_src, (200,), generator=gen).to(device)
+    for ex in (None, exclude):
+        scores, index = topk_dst(x_src, x_dst, k, exclude=ex)
+        check(scores, index, x_src, x_dst, k, exclude=ex)
+        scores, index = topk_dst(x_src, x_dst, k, src_index=src_index, exclude=ex)
+        check(scores, index, x_src, x_dst, k, src_index=src_index, exclude=ex)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dim", [1, 31, 33, 64, 100, 256, 257, 300])
+def test_feature_dims_around_cuda_slices(dim, device, gen):
+    # D staged 32 features at a time (partial slices), fused up to 256, at::mm above
+    x_src = int_features(gen, 70, dim, torch.float32, device, -1, 2)
+    x_dst = int_features(gen, 200, dim, torch.float32, device, -1, 2)
+    exclude = random_pairs(gen, 70, 200, 500, torch.int32, device)
+    scores, index = topk_dst(x_src, x_dst, 10, exclude=exclude)
+    check(scores, index, x_src, x_dst, 10, exclude=exclude)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_every_destination_excluded_or_left_over(device, gen):
+    # k = N_dst - excluded exactly, and a source with every destination excluded, across
+    # destination tiles: the list's empty slots become padding.
+    num_dst = 150
+    x_src = int_features(gen, 3, 4, torch.float32, device)
+    x_dst = int_features(gen, num_dst, 4, torch.float32, device)
+    all_dst = torch.arange(num_dst)
+    some = torch.arange(0, num_dst, 3)
+    exclude = torch.cat([torch.stack([torch.zeros_like(all_dst), all_dst]),
+                         torch.stack([torch.ones_like(some), some])], 1).to(device)
+    left = num_dst - some.numel()
+    for k in (left, left + 5, 200):
+        scores, index = topk_dst(x_src, x_dst, k, exclude=exclude)
+        check(scores, index, x_src, x_dst, k, exclude=exclude)
+        assert bool((index[0] == num_dst).all())
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_bad_source_rows_are_padding(device, gen):
+    # the op itself: a row out of range is padding and reported, never read, on every path
+    x_src, x_dst = randn(gen, 5, 3, device=device), randn(gen, 80, 3, device=device)
+    src = torch.tensor([0, 7, 4, -1, 2, 5], device=device)
+    ptr, dst = topk_mod.exclude_csr("topk_dst", random_pairs(gen, 5, 80, 30, device=device),
+                                    x_src, 5, 80)
+    for k in (3, 150):    # the fused path and the other one
+        scores, index, first_bad = OP(x_src, x_dst, src, ptr, dst, k, True)
+        assert first_bad.tolist() == [1]
+        bad = torch.tensor([1, 3, 5])
+        assert bool((index[bad] == 80).all()) and bool(torch.isneginf(scores[bad]).all())
+        good = OP(x_src, x_dst, src[[0, 2, 4]], ptr, dst, k, True)
+        assert torch.equal(good[1], index[[0, 2, 4]]) and torch.equal(good[0], scores[[0, 2, 4]])
+    for k in (0, 2):
+        assert OP(x_src, x_dst, src, ptr, dst, k, True)[2].tolist() == [1]
+    _expect(IndexError, ["src_index", "position 1", "7"],
+            lambda: topk_dst(x_src, x_dst, 2, src_index=src))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_malformed_csr_stays_in_bounds(device, gen):
+    x_src, x_dst = randn(gen, 5, 3, device=device), randn(gen, 80, 3, device=device)
+    src = torch.arange(5, device=device)
+    ptr = torch.tensor([0, 100, -5, 2, 2, 7], device=device)
+    dst = torch.tensor([9, -3, 1, 0, 50], device=device)
+    for k in (8, 200):
+        scores, index, first_bad = OP(x_src, x_dst, src, ptr, dst, k, True)
+        assert index.shape == (5, k) and first_bad.tolist() == [-1]
+        assert bool(((index >= 0) & (index <= 80)).all())
+
+
+@needs_cuda
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=dtype_id)
+@pytest.mark.parametrize("index_dtype", INDEX_DTYPES, ids=dtype_id)
+def test_cuda_kernel_matches_cpu_kernel(index_dtype, dtype, gen):
+    # integer features: every score is exact, so both kernels return the same bits
+    x_src = int_features(gen, 300, 24, dtype, "cpu", -4, 5)
+    x_dst = int_features(gen, 2000, 24, dtype, "cpu", -4, 5)
+    exclude = random_pairs(gen, 300, 2000, 30000, index_dtype)
+    src_index = torch.randint(0, 300, (333,), generator=gen).to(index_dtype)
+    for k in (1, 20, 128, 129, 500):
+        expected = topk_dst(x_src, x_dst, k, src_index=src_index, exclude=exclude)
+        got = topk_dst(x_src.cuda(), x_dst.cuda(), k, src_index=src_index.cuda(),
+                       exclude=exclude.cuda())
+        assert torch.equal(got[1].cpu(), expected[1]) and torch.equal(got[0].cpu(), expected[0])
+
+
+@needs_cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=dtype_id)
+def test_cuda_random_features_large(dtype, gen):
+    # several waves of row tiles and many destination tiles, against the fallback (tolerance:
+    # the two sum in different orders)
+    x_src = randn(gen, 5000, 64, dtype=dtype, device="cuda")
+    x_dst = randn(gen, 20000, 64, dtype=dtype, device="cuda")
+    exclude = random_pairs(gen, 5000, 20000, 100000, torch.int64, "cuda")
+    scores, index = topk_dst(x_src, x_dst, 20, exclude=exclude)
+    ptr, dst = topk_mod.exclude_csr("topk_dst", exclude, x_src, 5000, 20000)
+    ref_scores, ref_index, _ = topk_mod.fallback_impls()["topk_dst"](
+        x_src, x_dst, torch.arange(5000, device="cuda"), ptr, dst, 20, True)
+    same = (index == ref_index).float().mean().item()
+    assert same > 0.99, same
+    torch.testing.assert_close(scores.float(), ref_scores.float(), rtol=1e-2, atol=1e-2)
+    # no excluded pair returned, rows strictly ordered
+    keys = set((exclude[0] * 20000 + exclude[1]).tolist())
+    got = (torch.arange(5000, device="cuda").unsqueeze(1) * 20000 + index).flatten().tolist()
+    assert not keys & set(got)
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_not_differentiable(device, gen):
     x_src = randn(gen, 6, 4, device=device).requires_grad_()

@@ -3,9 +3,13 @@ source by dot product, seen edges excluded, without the ``[N, M]`` score matrix.
 
 Schema in ``csrc/topk.cpp``; the CPU kernel in ``csrc/cpu/topk_kernel.cpp`` (tiles of the
 score matrix computed into a thread-local buffer, scanned against each source's running
-k-th best score). There is no CUDA kernel yet (``KERNELS``): CUDA tensors, and the CPU
-without a compiled library, run this module's pure-PyTorch implementation
-(:func:`_fallback_topk`: tiles of ``torch.mm`` merged into a running top-k).
+k-th best score); the CUDA kernel in ``csrc/cuda/topk_kernel.cu`` (a fused tiled product:
+a block scores its tile of sources against tiles of destinations in registers and keeps
+each source's running top-k in shared memory; float64, and ``k`` above 128 or ``D`` above
+256, take tiles of ``at::mm`` merged by stable sorts; its per-element rules are in
+``csrc/topk_order.h``). Without a compiled library (or with the CPU-only one,
+for CUDA tensors) this module's pure-PyTorch implementation runs (:func:`_fallback_topk`:
+tiles of ``torch.mm`` merged into a running top-k).
 
 The order every implementation returns (``sorted=True``) is the same total order: by score
 descending (a NaN score ranks as -inf), ties by the lower destination index; then padding.
@@ -22,7 +26,7 @@ from .. import _checks
 from . import _chunked
 
 NAME = "topk"          # the op group: csrc/topk.cpp
-KERNELS = ("cpu",)     # a C++ kernel, no CUDA one (see pyg_edgedot._backend)
+KERNELS = ("cpu", "cuda")   # C++ and CUDA kernels (see pyg_edgedot._backend)
 
 # The fallback's tiles: DST_TILE destinations at a time, and as many source rows as keep a
 # tile within _chunked.DEFAULT_CHUNK_ELEMS elements. Read at call time (tests shrink them).
@@ -44,7 +48,8 @@ def topk_dst(x_src: Tensor, x_dst: Tensor, k: int, *, src_index: Optional[Tensor
     training edges). The same as ``(x_src[src_index] @ x_dst.t())``, excluded entries masked
     out, then a stable descending sort cut to ``k`` columns, but the ``[N, M]`` score matrix is
     never built: the CPU kernel scores one tile of sources by destinations at a time, in a
-    buffer that stays in cache, and keeps a running top-k per source.
+    buffer that stays in cache, the CUDA kernel in registers, and both keep a running top-k
+    per source.
 
     The output is PyG's ``pred_index_mat``: ``torch_geometric.metrics.LinkPredRecall``,
     ``LinkPredNDCG``, ``LinkPredMAP`` and the other ``LinkPredMetric`` classes take
@@ -80,7 +85,8 @@ def topk_dst(x_src: Tensor, x_dst: Tensor, k: int, *, src_index: Optional[Tensor
             ``src_index``), row 1 a destination. Duplicates and any order are fine.
         sorted (bool): each row in descending score, ties by the lower index (then padding).
             ``False`` allows any order of the same set: the C++ kernel then skips its final
-            sort of each row (the pure-PyTorch path returns it sorted either way).
+            sort of each row (the CUDA kernel and the pure-PyTorch path return it sorted
+            either way).
 
     Returns:
         (Tensor, Tensor): ``scores [N, k]`` in the dtype of the inputs (the float32 score, or
