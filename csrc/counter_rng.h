@@ -1,26 +1,12 @@
 // What the kernels that draw random pairs share (edge_dot_loss's in-kernel negatives and
-// negative_sample's draw): the host/device function qualifier, the counter-based generator's
-// core (splitmix64's increment and finalizer) and the rank -> key search over a graph's
-// excluded keys. The per-element functions are __host__ __device__, so the CPU kernels (and
-// their tests) run the very code the CUDA kernels run.
+// negative_sample's draw): the counter-based generator's core (splitmix64's increment and
+// finalizer) and the rank -> key search over a graph's excluded keys, as host/device functions.
 #pragma once
 
 #include <cmath>
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define PYG_EDGEDOT_HD __host__ __device__ __forceinline__
-#else
-#define PYG_EDGEDOT_HD inline __attribute__((always_inline))
-#endif
-
-// Math in host and device code: std:: (its float overloads) on the host, CUDA's overloads of
-// the global names on the device.
-#if defined(__CUDA_ARCH__)
-#define PYG_EDGEDOT_MATH(fn) ::fn
-#else
-#define PYG_EDGEDOT_MATH(fn) std::fn
-#endif
+#include "host_device.h"
 
 namespace pyg_edgedot {
 namespace rng {

@@ -3,17 +3,13 @@
 // csrc/cpu/topk_kernel.cpp, follows the same rules with its own heap and scan):
 // the total order of (score, index) pairs, a running top-k kept as a sorted list, and the walk
 // over one source's excluded destinations. Plain C++ without ATen, so a host test can include
-// it on its own.
+// it with host_device.h.
 #pragma once
 
 #include <cstdint>
 #include <limits>
 
-#if defined(__CUDACC__)
-#define PYG_EDGEDOT_HD __host__ __device__ __forceinline__
-#else
-#define PYG_EDGEDOT_HD inline
-#endif
+#include "host_device.h"
 
 namespace pyg_edgedot {
 namespace topk {
