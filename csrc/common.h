@@ -71,6 +71,24 @@ inline void check_source_and_dest(const char* op, const at::Tensor& x_src,
   check_index(op, src_index, "src_index", 1, x_src);
 }
 
+// topk_dst's arguments (schema in csrc/topk.cpp): features and src_index as above, k >= 0, the
+// exclusion CSR (1-D int64 on x_src's device; exclude_ptr empty or [N_src + 1]), float rows.
+inline void check_topk_args(const char* op, const at::Tensor& x_src, const at::Tensor& x_dst,
+                            const at::Tensor& src_index, const at::Tensor& exclude_ptr,
+                            const at::Tensor& exclude_dst, int64_t k) {
+  check_source_and_dest(op, x_src, x_dst, src_index);
+  TORCH_CHECK(k >= 0, op, ": k must be >= 0 (got ", k, ")");
+  for (const at::Tensor* t : {&exclude_ptr, &exclude_dst}) {
+    TORCH_CHECK(t->dim() == 1 && t->scalar_type() == at::kLong && t->device() == x_src.device(),
+                op, ": exclude_ptr and exclude_dst must be 1-D int64 on ", x_src.device());
+  }
+  TORCH_CHECK(exclude_ptr.numel() == 0 || exclude_ptr.numel() == x_src.size(0) + 1, op,
+              ": exclude_ptr must be empty or have N_src + 1 entries");
+  TORCH_CHECK(x_src.scalar_type() == at::kFloat || x_src.scalar_type() == at::kDouble ||
+                  x_src.scalar_type() == at::kHalf || x_src.scalar_type() == at::kBFloat16,
+              op, ": x_src must be float32, float64, float16 or bfloat16");
+}
+
 // Kernels read rows through a row stride; only a column stride other than 1 needs a copy.
 inline at::Tensor unit_column_stride(const at::Tensor& x) {
   return (x.size(1) <= 1 || x.stride(1) == 1) ? x : x.contiguous();

@@ -99,6 +99,11 @@ def add_training_args(parser: argparse.ArgumentParser, *, epochs: int, lr: float
     group.add_argument("--hits-k", type=int, nargs="+", default=[10, 50],
                        help="the K of the Hits@K metrics")
 
+    add_run_args(parser)
+
+
+def add_run_args(parser: argparse.ArgumentParser) -> None:
+    """--device, --no-progress and --json, as every example takes them."""
     group = parser.add_argument_group("run")
     group.add_argument("--device", default=None,
                        help="torch device (default: cuda if available, else cpu)")

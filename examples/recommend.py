@@ -33,7 +33,6 @@ examples:
 import json
 import math
 import time
-from pathlib import Path
 from typing import Dict, List, Sequence
 
 import torch
@@ -124,13 +123,7 @@ def parse_args(argv=None):
                             "pairs (PyG's LightGCN example); check that the latter returns "
                             "topk_dst's items")
 
-    group = parser.add_argument_group("run")
-    group.add_argument("--device", default=None,
-                       help="torch device (default: cuda if available, else cpu)")
-    group.add_argument("--no-progress", dest="progress", action="store_false",
-                       help="no progress bar")
-    group.add_argument("--json", type=Path, default=None, metavar="PATH",
-                       help="write the final metrics, timings and configuration here")
+    _common.add_run_args(parser)
     return parser.parse_args(argv)
 
 

@@ -453,17 +453,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> topk_dst_cuda(
     const at::Tensor& exclude_ptr_in, const at::Tensor& exclude_dst_in, int64_t k,
     bool sorted) {
   const char* op = "topk_dst";
-  check_source_and_dest(op, x_src_in, x_dst_in, src_index);
-  TORCH_CHECK(k >= 0, op, ": k must be >= 0 (got ", k, ")");
-  for (const at::Tensor* t : {&exclude_ptr_in, &exclude_dst_in}) {
-    TORCH_CHECK(t->dim() == 1 && t->scalar_type() == at::kLong && t->device() == x_src_in.device(),
-                op, ": exclude_ptr and exclude_dst must be 1-D int64 on ", x_src_in.device());
-  }
-  TORCH_CHECK(exclude_ptr_in.numel() == 0 || exclude_ptr_in.numel() == x_src_in.size(0) + 1, op,
-              ": exclude_ptr must be empty or have N_src + 1 entries");
-  TORCH_CHECK(x_src_in.scalar_type() == at::kFloat || x_src_in.scalar_type() == at::kDouble ||
-                  x_src_in.scalar_type() == at::kHalf || x_src_in.scalar_type() == at::kBFloat16,
-              op, ": x_src must be float32, float64, float16 or bfloat16");
+  check_topk_args(op, x_src_in, x_dst_in, src_index, exclude_ptr_in, exclude_dst_in, k);
   (void)sorted;   // every path returns each row sorted, which any order allows
   const c10::cuda::OptionalCUDAGuard guard(x_src_in.device());
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
