@@ -306,14 +306,14 @@ def raise_if_out_of_range(op: str, validate: bool, first_bad: Tensor,
 
 
 def raise_if_edge_out_of_range(op: str, validate: bool, first_bad: Tensor, edge_index: Tensor,
-                               x_src: Tensor, x_dst: Tensor) -> None:
-    """:func:`raise_if_out_of_range` for a ``[2, E]`` ``edge_index`` whose rows index
-    ``x_src`` and ``x_dst`` (``first_bad`` an edge)."""
+                               x_src: Tensor, x_dst: Tensor, name: str = "edge_index") -> None:
+    """:func:`raise_if_out_of_range` for a ``[2, E]`` ``edge_index`` (the argument ``name``)
+    whose rows index ``x_src`` and ``x_dst`` (``first_bad`` an edge)."""
     num_src, num_dst = x_src.size(0), x_dst.size(0)
     raise_if_out_of_range(
         op, validate, first_bad, [(edge_index, (num_src, num_dst))],
-        lambda: [Bound("edge_index[0]", edge_index[0], "x_src", num_src),
-                 Bound("edge_index[1]", edge_index[1], "x_dst", num_dst)], "edge")
+        lambda: [Bound(f"{name}[0]", edge_index[0], "x_src", num_src),
+                 Bound(f"{name}[1]", edge_index[1], "x_dst", num_dst)], "edge")
 
 
 # ---------------------------------------------------------------------------------------

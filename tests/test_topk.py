@@ -30,7 +30,7 @@ def run(backend, x_src, x_dst, k, src_index=None, exclude=None, sorted=True):
         return topk_dst(x_src, x_dst, k, src_index=src_index, exclude=exclude, sorted=sorted)
     if src_index is None:
         src_index = torch.arange(x_src.size(0), device=x_src.device)
-    ptr, dst = topk_mod.exclude_csr("topk_dst", exclude, x_src, x_src.size(0), x_dst.size(0))
+    ptr, dst = topk_mod.exclude_csr("topk_dst", exclude, x_src, x_dst)
     scores, index, first_bad = topk_mod.fallback_impls()["topk_dst"](
         x_src, x_dst, src_index, ptr, dst, k, sorted)
     assert first_bad.tolist() == [-1]
@@ -375,7 +375,7 @@ def test_bad_source_rows_are_padding(device, gen):
     x_src, x_dst = randn(gen, 5, 3, device=device), randn(gen, 80, 3, device=device)
     src = torch.tensor([0, 7, 4, -1, 2, 5], device=device)
     ptr, dst = topk_mod.exclude_csr("topk_dst", random_pairs(gen, 5, 80, 30, device=device),
-                                    x_src, 5, 80)
+                                    x_src, x_dst)
     for k in (3, 150):    # the fused path and the other one
         scores, index, first_bad = OP(x_src, x_dst, src, ptr, dst, k, True)
         assert first_bad.tolist() == [1]
@@ -426,7 +426,7 @@ def test_cuda_random_features_large(dtype, gen):
     x_dst = randn(gen, 20000, 64, dtype=dtype, device="cuda")
     exclude = random_pairs(gen, 5000, 20000, 100000, torch.int64, "cuda")
     scores, index = topk_dst(x_src, x_dst, 20, exclude=exclude)
-    ptr, dst = topk_mod.exclude_csr("topk_dst", exclude, x_src, 5000, 20000)
+    ptr, dst = topk_mod.exclude_csr("topk_dst", exclude, x_src, x_dst)
     ref_scores, ref_index, _ = topk_mod.fallback_impls()["topk_dst"](
         x_src, x_dst, torch.arange(5000, device="cuda"), ptr, dst, 20, True)
     same = (index == ref_index).float().mean().item()
@@ -516,7 +516,7 @@ def test_opcheck(index_dtype, device, gen):
     x_dst = randn(gen, 14, 5, device=device).requires_grad_()
     src_index = torch.randint(0, 9, (11,), generator=gen).to(index_dtype).to(device)
     exclude = random_pairs(gen, 9, 14, 30, torch.int64, device)
-    ptr, dst = topk_mod.exclude_csr("topk_dst", exclude, x_src, 9, 14)
+    ptr, dst = topk_mod.exclude_csr("topk_dst", exclude, x_src, x_dst)
     empty = torch.empty(0, dtype=torch.int64, device=device)
     torch.library.opcheck(OP, (x_src, x_dst, src_index, ptr, dst, 4, True))
     torch.library.opcheck(OP, (x_src, x_dst, src_index, empty, empty, 20, False))

@@ -110,8 +110,8 @@ def topk_dst(x_src: Tensor, x_dst: Tensor, k: int, *, src_index: Optional[Tensor
         _checks.check_candidate_index(op, src_index, "src_index", "[N]", x_src)
     if not isinstance(sorted, bool):
         raise TypeError(f"{op}: sorted must be a bool (got {type(sorted).__name__})")
-    num_src, num_dst = x_src.size(0), x_dst.size(0)
-    exclude_ptr, exclude_dst = exclude_csr(op, exclude, x_src, num_src, num_dst)
+    num_src = x_src.size(0)
+    exclude_ptr, exclude_dst = exclude_csr(op, exclude, x_src, x_dst)
     scores, index, first_bad = torch.ops.pyg_edgedot.topk_dst(
         x_src.detach(), x_dst.detach(), src_index, exclude_ptr, exclude_dst, k, sorted)
     _checks.raise_if_out_of_range(
@@ -128,15 +128,15 @@ def _check_k(op: str, k) -> int:
     return k
 
 
-def exclude_csr(op: str, exclude: Optional[Tensor], x_src: Tensor, num_src: int,
-                num_dst: int) -> Tuple[Tensor, Tensor]:
+def exclude_csr(op: str, exclude: Optional[Tensor], x_src: Tensor,
+                x_dst: Tensor) -> Tuple[Tensor, Tensor]:
     """``exclude`` ``[2, E]`` as the op's CSR over the rows of ``x_src``: ``(ptr [N_src + 1],
     dst [E])``, each source's destinations ascending (duplicates kept: no data-dependent
     shape, so ``torch.compile`` traces it). Entries out of range raise ``IndexError`` (one
     host read; on CUDA skipped for a tensor already found in range; never inside
     ``torch.compile`` or on meta tensors, where such an entry is ignored). No exclusion: two
     empty tensors."""
-    device = x_src.device
+    device, num_src, num_dst = x_src.device, x_src.size(0), x_dst.size(0)
     empty = torch.empty(0, dtype=torch.int64, device=device)
     if exclude is None:
         return empty, empty
@@ -150,38 +150,20 @@ def exclude_csr(op: str, exclude: Optional[Tensor], x_src: Tensor, num_src: int,
     if num_src * num_dst >= _MAX_PAIRS:
         raise ValueError(f"{op}: x_src and x_dst have {num_src} x {num_dst} pairs, more than "
                          "2**62: the excluded pairs' int64 keys would overflow")
+    if exclude.size(1) == 0:
+        return empty, empty
     src, dst = exclude[0].long(), exclude[1].long()
     valid = _chunked.in_range(src, num_src) & _chunked.in_range(dst, num_dst)
-    _raise_if_exclude_out_of_range(op, exclude, valid, num_src, num_dst)
-    if exclude.size(1) == 0 or num_dst == 0:
+    bad = (~valid).to(torch.int8)
+    first_bad = torch.where(bad.any(), bad.argmax(), -1).view(1)
+    _checks.raise_if_edge_out_of_range(op, True, first_bad, exclude, x_src, x_dst, "exclude")
+    if num_dst == 0:
         return empty, empty
     # An entry out of range sorts past every source's keys, so no source sees it.
     keys = torch.where(valid, src * num_dst + dst, torch.full_like(src, num_src * num_dst))
     keys = torch.sort(keys).values
     starts = torch.arange(num_src + 1, dtype=torch.int64, device=device) * num_dst
     return torch.searchsorted(keys, starts), keys % num_dst
-
-
-def _raise_if_exclude_out_of_range(op, exclude, valid, num_src, num_dst) -> None:
-    """As :func:`pyg_edgedot._checks.raise_if_out_of_range`: on CUDA the read is a host
-    synchronization, skipped for a tensor already found in range (and during CUDA graph
-    capture)."""
-    if (torch.compiler.is_compiling() or exclude.device.type == "meta"
-            or exclude.size(1) == 0):
-        return
-    keys = [(exclude, (num_src, num_dst))]
-    on_cuda = exclude.is_cuda
-    if on_cuda and (torch.cuda.is_current_stream_capturing() or _checks.VALIDATED.covers(keys)):
-        return
-    bad = ~valid
-    if not bool(bad.any()):
-        if on_cuda:
-            _checks.VALIDATED.add(keys)
-        return
-    position = int(bad.nonzero()[0, 0])
-    raise IndexError(_checks.out_of_range_message(
-        op, position, [_checks.Bound("exclude[0]", exclude[0], "x_src", num_src),
-                       _checks.Bound("exclude[1]", exclude[1], "x_dst", num_dst)], "edge"))
 
 
 # ---------------------------------------------------------------------------------------
