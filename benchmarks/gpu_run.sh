@@ -18,6 +18,8 @@
 #              bit for bit, and every guarantee on CUDA tensors) -> pytest_sampling.log, then
 #              benchmarks/bench_negative_sampling.py (SAMPLING_GRAPHS, default all three;
 #              "backend" in its output must say cuda) -> h200_negative_sampling.{json,log}
+#   loss       benchmarks/bench_edge_dot_loss.py at W3 (2.93M nodes, E = 30M, D = 128, K = 1)
+#              -> h200_edge_dot_loss.{json,log}
 #   beyond     benchmarks/bench_beyond.py -> h200_beyond.{json,log} (README "Beyond the peers")
 #   topk       benchmarks/bench_topk.py: 100K x 1M, D = 64, k = 20, fp32 and bf16, 10M excluded
 #              pairs; ours vs chunked mm + topk vs faiss's GPU search (PyG's MIPSKNNIndex) ->
@@ -77,6 +79,9 @@ for step in "$@"; do
         --graphs "${SAMPLING_GRAPHS:-cora,100k_2m,1m_20m}" \
         --out "$OUT/h200_negative_sampling.json" 2>&1 | tee "$OUT/h200_negative_sampling.log" \
         | tail -30 ;;
+    loss)
+      python3 benchmarks/bench_edge_dot_loss.py --device cuda --out "$OUT/h200_edge_dot_loss.json" \
+        2>&1 | tee "$OUT/h200_edge_dot_loss.log" | tail -30 ;;
     beyond)
       # Ranking, candidate scoring, DistMult, and the Triton path (a PYG_EDGEDOT_CUDA=0 child).
       python3 benchmarks/bench_beyond.py --out "$OUT/h200_beyond.json" 2>&1 \
@@ -100,7 +105,7 @@ for step in "$@"; do
       torchrun --standalone --nproc_per_node 1 examples/ddp_link_pred.py --device cuda \
         --num-nodes 200000 --avg-degree 20 --neg-sampling uniform --epochs 3 --no-progress \
         --json "$OUT/ddp_nccl_1gpu_h200.json" 2>&1 | tail -6 ;;
-    *) echo "unknown step $step (steps: tests triton fallback sanitizer bench host sampling beyond topk examples ddp)"
+    *) echo "unknown step $step (steps: tests triton fallback sanitizer bench host sampling loss beyond topk examples ddp)"
        exit 2 ;;
   esac
 done
