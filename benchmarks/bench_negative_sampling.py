@@ -12,7 +12,8 @@ in its pure-PyTorch implementation (what a device without a compiled kernel runs
 
 Every method is warmed up once, then the methods run in turn, --reps rounds (so a burst of
 other work on the machine hits them alike); the tables give the median and the minimum
-(CUDA: events + synchronize).
+(CUDA: events + synchronize). PyG's sampler, which takes seconds per call at 1M edges and
+more, runs fewer rounds there and no warm-up (it is NumPy on the CPU, nothing to warm).
 """
 import argparse
 import json
@@ -68,30 +69,35 @@ def python_path(fn):
 
 
 def time_once(fn, device):
+    """(ms, fn's output)."""
     if device.type == "cuda":
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         torch.cuda.synchronize()
         start.record()
-        fn()
+        out = fn()
         end.record()
         torch.cuda.synchronize()
-        return start.elapsed_time(end)
+        return start.elapsed_time(end), out
     t0 = time.perf_counter()
-    fn()
-    return (time.perf_counter() - t0) * 1e3
+    out = fn()
+    return (time.perf_counter() - t0) * 1e3, out
 
 
 def timed_in_turn(methods, reps, device):
-    """{method: [ms per round]}: a warm-up each, then `reps` rounds of every method in turn
-    (a method with a reps entry of its own stops after that many)."""
+    """{method: ([ms per round], last output)}: a warm-up each (but a method with a reps entry
+    of its own, fewer than `reps`), then `reps` rounds of every method in turn (a method with
+    a reps entry of its own stops after that many)."""
     times = {name: [] for name in methods}
-    for fn, _ in methods.values():
-        fn()
+    last = {}
+    for fn, method_reps in methods.values():
+        if method_reps >= reps:
+            fn()
     for round_ in range(reps):
         for name, (fn, method_reps) in methods.items():
             if round_ < method_reps:
-                times[name].append(time_once(fn, device))
-    return times
+                ms, last[name] = time_once(fn, device)
+                times[name].append(ms)
+    return {name: (times[name], last[name]) for name in methods}
 
 
 def main():
@@ -130,7 +136,8 @@ def main():
         num = num_edges
         torch.manual_seed(0)
         sampler = NegativeSampler(edge_index, num_nodes)
-        slow = 3 if num >= 1_000_000 else args.reps  # PyG's sampler takes seconds there
+        # PyG's sampler takes seconds per call at 1M edges, ~50 s at 20M
+        slow = 1 if num >= 10_000_000 else 3 if num >= 1_000_000 else args.reps
         methods = {
             "pyg_sparse": (lambda: pyg_negative_sampling(edge_index, num_nodes, num), slow),
             "plain_exact": (lambda: plain_negative_sampling(edge_index, num_nodes, num),
@@ -145,8 +152,7 @@ def main():
         }
         row = {"graph": name, "num_nodes": num_nodes, "num_edges": num_edges,
                "num_samples": num, "ms": {}, "ms_min": {}, "ms_all": {}, "returned": {}}
-        for method, all_times in timed_in_turn(methods, args.reps, device).items():
-            out = methods[method][0]()
+        for method, (all_times, out) in timed_in_turn(methods, args.reps, device).items():
             row["ms"][method] = statistics.median(all_times)
             row["ms_min"][method] = min(all_times)
             row["ms_all"][method] = all_times

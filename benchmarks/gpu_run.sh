@@ -27,6 +27,10 @@
 #              carry a faiss-gpu wheel and set FAISS_WHEEL=path (without it, one quick pip try,
 #              then the row says "faiss-gpu not installed")
 #   examples   examples/link_pred.py, both decoders -> link_pred_gpu_{edgedot,eager}.json
+#   e2e        examples/link_pred.py at 1M nodes / 10M undirected edges, PyG's pipeline
+#              (torch_geometric.utils.negative_sampling + the eager decoder; 2 epochs, the
+#              first is warm-up) vs ours (NegativeSampler + EdgeDotScore; and --loss fused)
+#              -> link_pred_gpu_e2e_{pyg,edgedot,fused}.json (mean epoch time)
 #   ddp        examples/ddp_link_pred.py under torchrun, NCCL, 1 GPU -> ddp_nccl_1gpu_h200.json
 # The result files carry the names they have in benchmarks/results/: copy them there to
 # publish a run (history stays in git).
@@ -100,12 +104,20 @@ for step in "$@"; do
           --neg-sampling uniform --epochs 4 --no-progress --decoder $dec \
           --json "$OUT/link_pred_gpu_$dec.json" 2>&1 | tail -4
       done ;;
+    e2e)
+      big="--device cuda --num-nodes 1000000 --avg-degree 20 --no-progress"
+      python3 examples/link_pred.py $big --neg-sampling pyg --decoder eager --epochs 2 \
+        --json "$OUT/link_pred_gpu_e2e_pyg.json" 2>&1 | tail -3
+      python3 examples/link_pred.py $big --epochs 4 --json "$OUT/link_pred_gpu_e2e_edgedot.json" \
+        2>&1 | tail -3
+      python3 examples/link_pred.py $big --epochs 4 --loss fused \
+        --json "$OUT/link_pred_gpu_e2e_fused.json" 2>&1 | tail -3 ;;
     ddp)
       # examples/ddp_link_pred.py under torchrun with NCCL, one process on the one GPU.
       torchrun --standalone --nproc_per_node 1 examples/ddp_link_pred.py --device cuda \
         --num-nodes 200000 --avg-degree 20 --neg-sampling uniform --epochs 3 --no-progress \
         --json "$OUT/ddp_nccl_1gpu_h200.json" 2>&1 | tail -6 ;;
-    *) echo "unknown step $step (steps: tests triton fallback sanitizer bench host sampling loss beyond topk examples ddp)"
+    *) echo "unknown step $step (steps: tests triton fallback sanitizer bench host sampling loss beyond topk examples e2e ddp)"
        exit 2 ;;
   esac
 done

@@ -5,12 +5,18 @@
 // checks are for direct callers of torch.ops.pyg_edgedot: they guard only what the kernels
 // index by (dims, dtypes, devices, lengths). Index values are not checked here: the kernels
 // skip an index out of range and report it (first_bad), they never throw for one.
+//
+// Numbers enter these messages through std::to_string, never as TORCH_CHECK arguments: an
+// integer formatted by TORCH_CHECK's ostream crashed the process (std::ostream::_M_insert<long>)
+// on the GPU machine's image instead of raising (benchmarks/NOTES.md, "Why Python raises the
+// errors"); strings and dtypes format safely there.
 #pragma once
 
 #include <ATen/ATen.h>
 #include <torch/library.h>
 
 #include <cstdint>
+#include <string>
 #include <tuple>
 
 namespace pyg_edgedot {
@@ -39,7 +45,7 @@ inline void check_rows_like(const char* op, const at::Tensor& x, const char* nam
 // on the dtype of the first index of an op.
 inline void check_index(const char* op, const at::Tensor& index, const char* name, int64_t dims,
                         const at::Tensor& x) {
-  TORCH_CHECK(index.dim() == dims, op, ": ", name, " must be ", dims, "-D");
+  TORCH_CHECK(index.dim() == dims, op, ": ", name, " must be ", std::to_string(dims), "-D");
   TORCH_CHECK(index.device() == x.device(), op, ": ", name, " must be on ", x.device());
 }
 
@@ -77,7 +83,7 @@ inline void check_topk_args(const char* op, const at::Tensor& x_src, const at::T
                             const at::Tensor& src_index, const at::Tensor& exclude_ptr,
                             const at::Tensor& exclude_dst, int64_t k) {
   check_source_and_dest(op, x_src, x_dst, src_index);
-  TORCH_CHECK(k >= 0, op, ": k must be >= 0 (got ", k, ")");
+  TORCH_CHECK(k >= 0, op, ": k must be >= 0 (got ", std::to_string(k), ")");
   for (const at::Tensor* t : {&exclude_ptr, &exclude_dst}) {
     TORCH_CHECK(t->dim() == 1 && t->scalar_type() == at::kLong && t->device() == x_src.device(),
                 op, ": exclude_ptr and exclude_dst must be 1-D int64 on ", x_src.device());

@@ -154,8 +154,8 @@ inline int64_t iid_draw_count(int64_t want, int64_t free) {
 // i.i.d. ranks of [0, M) a top-up round draws while `held` distinct ones are held: a draw
 // lands outside them with probability (M - held) / M > 3/4.
 inline int64_t top_up_draw_count(int64_t count, int64_t held, int64_t num_ranks, int round) {
-  TORCH_CHECK(round <= kMaxTopUpRounds, "negative_sample: ", round, " top-up rounds left ",
-              count - held, " ranks undrawn (a generator failure)");
+  TORCH_CHECK(round <= kMaxTopUpRounds, "negative_sample: ", std::to_string(round),
+              " top-up rounds left ", std::to_string(count - held), " ranks undrawn (a generator failure)");
   const int64_t free = num_ranks - held;
   return static_cast<int64_t>(std::ceil(static_cast<double>(iid_draw_count(count - held, free)) *
                                         static_cast<double>(num_ranks) /
@@ -191,15 +191,16 @@ inline Plan check_negative_sample(const at::Tensor& excluded_adj, int64_t num_ra
   const char* op = "negative_sample";
   const Mode mode = parse_mode(mode_name);
   TORCH_CHECK(excluded_adj.dim() == 1 && excluded_adj.scalar_type() == at::kLong, op,
-              ": excluded_adj must be a 1-D int64 tensor (got ", excluded_adj.dim(), "-D ",
+              ": excluded_adj must be a 1-D int64 tensor (got ", std::to_string(excluded_adj.dim()), "-D ",
               excluded_adj.scalar_type(), ")");
   TORCH_CHECK(dtype == at::kInt || dtype == at::kLong, op, ": dtype must be int32 or int64 (got ",
               dtype, ")");
   TORCH_CHECK(num_src_nodes >= 0 && num_dst_nodes >= 0 && num_ranks >= 0 && count >= 0 &&
                   first_round >= -1,
               op, ": num_src_nodes, num_dst_nodes, num_ranks and count must be >= 0 and "
-              "first_round >= -1 (got ", num_src_nodes, ", ", num_dst_nodes, ", ", num_ranks,
-              ", ", count, ", ", first_round, ")");
+              "first_round >= -1 (got ", std::to_string(num_src_nodes), ", ",
+              std::to_string(num_dst_nodes), ", ", std::to_string(num_ranks), ", ",
+              std::to_string(count), ", ", std::to_string(first_round), ")");
   const __int128 width = mode == Mode::kNoLoops ? num_dst_nodes - 1 : num_dst_nodes;
   const __int128 zero = 0;
   const __int128 num_keys =
@@ -209,11 +210,12 @@ inline Plan check_negative_sample(const at::Tensor& excluded_adj, int64_t num_ra
                   num_ranks + excluded_adj.numel() == static_cast<int64_t>(num_keys),
               op, ": num_ranks + len(excluded_adj) must be the number of ",
               std::string(mode_name.data(), mode_name.size()),
-              " keys of ", num_src_nodes, " x ", num_dst_nodes, " nodes (got ", num_ranks, " + ",
-              excluded_adj.numel(), ")");
+              " keys of ", std::to_string(num_src_nodes), " x ", std::to_string(num_dst_nodes),
+              " nodes (got ", std::to_string(num_ranks), " + ",
+              std::to_string(excluded_adj.numel()), ")");
   TORCH_CHECK(count == 0 || (replace ? num_ranks > 0 : count <= num_ranks), op,
-              ": cannot draw ", count, replace ? " keys from " : " distinct keys from ",
-              num_ranks);
+              ": cannot draw ", std::to_string(count),
+              replace ? " keys from " : " distinct keys from ", std::to_string(num_ranks));
   const int64_t row_width = static_cast<int64_t>(width > 1 ? width : static_cast<__int128>(1));
   return Plan{mode, mode == Mode::kUndirected ? 2 * count : count,
               Decoder{num_src_nodes, row_width, 1.0 / static_cast<double>(row_width)}};

@@ -382,7 +382,9 @@ def test_bad_source_rows_are_padding(device, gen):
         bad = torch.tensor([1, 3, 5])
         assert bool((index[bad] == 80).all()) and bool(torch.isneginf(scores[bad]).all())
         good = OP(x_src, x_dst, src[[0, 2, 4]], ptr, dst, k, True)
-        assert torch.equal(good[1], index[[0, 2, 4]]) and torch.equal(good[0], scores[[0, 2, 4]])
+        # the same rows alone: scores to rounding (the fallback's mm is not batch-invariant)
+        assert torch.equal(good[1], index[[0, 2, 4]])
+        torch.testing.assert_close(good[0], scores[[0, 2, 4]])
     for k in (0, 2):
         assert OP(x_src, x_dst, src, ptr, dst, k, True)[2].tolist() == [1]
     _expect(IndexError, ["src_index", "position 1", "7"],
