@@ -17,7 +17,8 @@
 #   sampling   the sampler's CUDA tests first (the CUDA kernel's draws equal the C++ kernel's,
 #              bit for bit, and every guarantee on CUDA tensors) -> pytest_sampling.log, then
 #              benchmarks/bench_negative_sampling.py (SAMPLING_GRAPHS, default all three;
-#              "backend" in its output must say cuda) -> h200_negative_sampling.{json,log}
+#              "backend" in its output must say cuda) -> h200_negative_sampling.{json,log};
+#              SAMPLING_TESTS=0 skips the tests (after a full-suite run)
 #   loss       benchmarks/bench_edge_dot_loss.py at W3 (2.93M nodes, E = 30M, D = 128, K = 1)
 #              -> h200_edge_dot_loss.{json,log}
 #   beyond     benchmarks/bench_beyond.py -> h200_beyond.{json,log} (README "Beyond the peers")
@@ -77,8 +78,10 @@ for step in "$@"; do
         --skip-giant --out "$OUT/h200_host.json" --plot "$OUT/h200_host.png" 2>&1 \
         | tee "$OUT/h200_host.log" | tail -40 ;;
     sampling)
-      pytest_all tests/test_negative_sampling.py -k cuda | tee "$OUT/pytest_sampling.log" \
-        | tail -8
+      if [ "${SAMPLING_TESTS:-1}" != 0 ]; then
+        pytest_all tests/test_negative_sampling.py -k cuda | tee "$OUT/pytest_sampling.log" \
+          | tail -8
+      fi
       python3 benchmarks/bench_negative_sampling.py --device cuda \
         --graphs "${SAMPLING_GRAPHS:-cora,100k_2m,1m_20m}" \
         --out "$OUT/h200_negative_sampling.json" 2>&1 | tee "$OUT/h200_negative_sampling.log" \
