@@ -155,7 +155,8 @@ inline int64_t iid_draw_count(int64_t want, int64_t free) {
 // lands outside them with probability (M - held) / M > 3/4.
 inline int64_t top_up_draw_count(int64_t count, int64_t held, int64_t num_ranks, int round) {
   TORCH_CHECK(round <= kMaxTopUpRounds, "negative_sample: ", std::to_string(round),
-              " top-up rounds left ", std::to_string(count - held), " ranks undrawn (a generator failure)");
+              " top-up rounds left ", std::to_string(count - held),
+              " ranks undrawn (a generator failure)");
   const int64_t free = num_ranks - held;
   return static_cast<int64_t>(std::ceil(static_cast<double>(iid_draw_count(count - held, free)) *
                                         static_cast<double>(num_ranks) /
@@ -191,8 +192,8 @@ inline Plan check_negative_sample(const at::Tensor& excluded_adj, int64_t num_ra
   const char* op = "negative_sample";
   const Mode mode = parse_mode(mode_name);
   TORCH_CHECK(excluded_adj.dim() == 1 && excluded_adj.scalar_type() == at::kLong, op,
-              ": excluded_adj must be a 1-D int64 tensor (got ", std::to_string(excluded_adj.dim()), "-D ",
-              excluded_adj.scalar_type(), ")");
+              ": excluded_adj must be a 1-D int64 tensor (got ",
+              std::to_string(excluded_adj.dim()), "-D ", excluded_adj.scalar_type(), ")");
   TORCH_CHECK(dtype == at::kInt || dtype == at::kLong, op, ": dtype must be int32 or int64 (got ",
               dtype, ")");
   TORCH_CHECK(num_src_nodes >= 0 && num_dst_nodes >= 0 && num_ranks >= 0 && count >= 0 &&
