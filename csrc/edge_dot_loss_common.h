@@ -32,10 +32,10 @@ PYG_EDGEDOT_HD int64_t scaled(double u, int64_t m) {
   return r < m - 1 ? r : m - 1;
 }
 
-// An optional index over adj (the CPU kernels build it for long adj): bucket[b] =
-// #{i : adj[i] < b << shift}, b = 0 .. num_buckets, so the count for r lies between the
-// entries of bucket r >> shift and the next: about one cache miss each instead of a binary
-// search's log2(A). The count is the same with or without it.
+// An optional index over adj (the CPU and CUDA kernels build it per call for long adj):
+// bucket[b] = #{i : adj[i] < b << shift}, b = 0 .. num_buckets, so the count for r lies
+// between the entries of bucket r >> shift and the next: about one cache miss each instead of
+// a binary search's log2(A). The count is the same with or without it.
 struct AdjIndex {
   const int64_t* bucket;  // [num_buckets + 1], or null
   int64_t num_buckets;

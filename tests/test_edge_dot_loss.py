@@ -398,7 +398,7 @@ def test_kernel_many_blocks_and_chunks(dtype, device, gen):
 @pytest.mark.parametrize("negatives", ["structured", "uniform"])
 @pytest.mark.parametrize("homogeneous", [True, False])
 def test_kernel_long_excluded_list(homogeneous, negatives, device, gen):
-    # over 4096 excluded keys: the CPU kernel looks ranks up through its bucket index
+    # over 4096 excluded keys: the C++ and CUDA kernels look ranks up through a bucket index
     _kernel_or_skip(device)
     num_src, num_dst = (300, 300) if homogeneous else (200, 350)
     graph = _graph(gen, num_src, num_dst, 30_000, torch.int64, device)

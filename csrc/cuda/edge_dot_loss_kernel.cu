@@ -5,7 +5,7 @@
 // Forward, three kernels:
 //   1. scores: the E * (1 + K) pairs, pair p = e * (1 + K) + j (j = 0 the positive, j >= 1 its
 //      negative j - 1), scored like edge_dot's forward: lane l of a warp draws pair l of a
-//      chunk of 32 (a chunk ahead, so the draw and its binary search hide behind the row
+//      chunk of 32 (a chunk ahead, so the draw and its search in adj hide behind the row
 //      loads), groups of G lanes score them with 16-byte loads and shuffles. The scores go to
 //      score_grad [E, 1 + K] itself (its layout is the pair index), in the features' dtype
 //      as edge_dot returns them.
@@ -239,12 +239,50 @@ void launch_scores(const at::Tensor& x_src, const at::Tensor& x_dst, const at::T
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
+// bucket[b] = #{i : adj_i < b << shift}, b = 0 .. num_buckets: one search per bucket (the
+// searches of neighbouring threads share their cache lines).
+__global__ void adj_index_kernel(const int64_t* __restrict__ adj, int64_t num_adj, int shift,
+                                 int64_t num_entries, int64_t* __restrict__ bucket) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t b = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; b < num_entries;
+       b += stride) {
+    bucket[b] = rng::upper_bound(adj, 0, num_adj, (b << shift) - 1);
+  }
+}
+
+// The bucket index over adj (edge_dot_loss_common.h's AdjIndex) for adj as long as the CPU
+// kernels index: a rank then costs two dependent loads (its bucket, then a stretch of about
+// 4-8 keys) instead of a binary search's log2(A), whose last levels miss L2 at tens of
+// millions of keys. One bucket per 4-8 keys keeps it to 1-2 bytes per key, built per call.
+constexpr int64_t kIndexMinAdj = 4096;
+
+at::Tensor build_adj_index(const at::Tensor& adj, int64_t num_ranks, loss::AdjIndex& index,
+                           cudaStream_t stream) {
+  index = loss::AdjIndex{nullptr, 0, 0};
+  const int64_t num_adj = adj.numel();
+  if (num_adj < kIndexMinAdj || num_ranks <= 0) return at::Tensor();
+  int shift = 0;
+  while ((num_ranks >> shift) > num_adj / 4) ++shift;
+  const int64_t num_buckets = (num_ranks >> shift) + 1;  // covers every rank below num_ranks
+  at::Tensor bucket = at::empty({num_buckets + 1}, adj.options());
+  const int64_t blocks = std::min<int64_t>((num_buckets + kThreads) / kThreads,
+                                           num_sms() * 32);
+  adj_index_kernel<<<blocks, kThreads, 0, stream>>>(adj.const_data_ptr<int64_t>(), num_adj,
+                                                    shift, num_buckets + 1,
+                                                    bucket.mutable_data_ptr<int64_t>());
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  index = loss::AdjIndex{bucket.const_data_ptr<int64_t>(), num_buckets, shift};
+  return bucket;
+}
+
 // The space's device pointers and seed: a CPU seed is read here (no synchronization), a
-// device seed in the kernels.
+// device seed in the kernels. `bucket` holds the adj index the space points to.
 Space device_space(Space sp, const at::Tensor& adj, const at::Tensor& row_ptr,
-                   const at::Tensor& seed, const int64_t** seed_ptr) {
+                   const at::Tensor& seed, const int64_t** seed_ptr, at::Tensor& bucket) {
   sp.adj = adj.const_data_ptr<int64_t>();
   sp.row_ptr = row_ptr.numel() > 0 ? row_ptr.const_data_ptr<int64_t>() : nullptr;
+  bucket = build_adj_index(adj, sp.num_ranks, sp.adj_index,
+                           c10::cuda::getCurrentCUDAStream());
   if (seed.is_cuda()) {
     *seed_ptr = seed.const_data_ptr<int64_t>();
   } else {
@@ -283,7 +321,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> edge_dot_loss_cuda(
     return {out, first_bad, score_grad};
   }
   const int64_t* seed_ptr = nullptr;
-  const Space sp = device_space(space0, adj, row_ptr, seed, &seed_ptr);
+  at::Tensor bucket;
+  const Space sp = device_space(space0, adj, row_ptr, seed, &seed_ptr, bucket);
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   const int64_t num_tiles = (num_edges + kTile - 1) / kTile;
   at::Tensor partial = at::empty({num_tiles}, x_src.options().dtype(at::kDouble));
@@ -394,7 +433,8 @@ std::tuple<at::Tensor, at::Tensor> edge_dot_loss_grad_cuda(
   const int64_t num_pairs = num_edges * width;
   if (num_pairs > 0 && (needs_src || needs_dst)) {
     const int64_t* seed_ptr = nullptr;
-    const Space sp = device_space(space0, adj, row_ptr, seed, &seed_ptr);
+    at::Tensor bucket;
+    const Space sp = device_space(space0, adj, row_ptr, seed, &seed_ptr, bucket);
     const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
     const double count = options.mean ? static_cast<double>(
                                             num_edges * loss::terms_per_positive(options.loss,
