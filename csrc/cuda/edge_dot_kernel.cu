@@ -70,12 +70,13 @@ inline int64_t grid_for(int64_t num_warps_needed) {
 // Forward
 // ---------------------------------------------------------------------------------------
 
-// A warp takes 32 consecutive edges at a time: lane l loads the two indices of edge l (one
-// coalesced load per side, issued one chunk ahead so index latency hides behind the row
-// loads). A group of G lanes then scores G of those edges, EPG at a time: the indices come
-// by shuffle, each lane loads 16-byte pieces of the 2 * EPG rows, and the group reduces.
-// Lane l keeps the score of edge l, so the chunk's 32 scores are stored in one coalesced
-// write. Every loop is warp-uniform, so the full-mask shuffles are safe.
+// A warp takes C consecutive edges at a time (a chunk; C = 32, or fewer for small E, see
+// chunk_edges_for): lane l < C loads the two indices of edge l (one coalesced load per side,
+// issued one chunk ahead so index latency hides behind the row loads). A group of G lanes
+// then scores min(G, C) of those edges, EPG at a time: the indices come by shuffle, each lane
+// loads 16-byte pieces of the 2 * EPG rows, and the group reduces. Lane l keeps the score of
+// edge l, so the chunk's scores are stored in one coalesced write. Every loop is
+// warp-uniform, so the full-mask shuffles are safe.
 //
 // With REL, each product also takes the edge's relation row: sum_k a[k] * r[k] * b[k]
 // (DistMult). The relation table is small, so its rows come from L1/L2.
@@ -89,14 +90,16 @@ __global__ void __launch_bounds__(kThreads, REL ? 1 : 3) edge_dot_fwd_kernel(
     const index_t* __restrict__ rel_index, int64_t rel_index_stride,              // [E]
     scalar_t* __restrict__ out,                                                   // [E]
     unsigned long long* __restrict__ first_bad,  // [1]: smallest bad edge, or all ones
-    int64_t num_edges, int64_t feat_dim, int group_size) {
+    int64_t num_edges, int64_t feat_dim, int group_size, int chunk_edges) {
   using acc_t = at::opmath_type<scalar_t>;
   const int64_t warp = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
-  const int64_t warp_stride = static_cast<int64_t>(gridDim.x) * blockDim.x / kWarp * kWarp;
+  const int64_t warp_stride = static_cast<int64_t>(gridDim.x) * blockDim.x / kWarp * chunk_edges;
   const int lane_in_warp = threadIdx.x % kWarp;
+  const bool lane_has_edge = lane_in_warp < chunk_edges;
   const int lane = lane_in_warp % group_size;
   const int group_first_edge = lane_in_warp - lane;  // edges [first, first + G) of the chunk
   const int batch = EPG < group_size ? EPG : group_size;
+  const int group_edges = group_size < chunk_edges ? group_size : chunk_edges;
 
   auto load_index = [&](int64_t e, int64_t& s, int64_t& d, int64_t& t) {
     s = d = -1;
@@ -108,12 +111,14 @@ __global__ void __launch_bounds__(kThreads, REL ? 1 : 3) edge_dot_fwd_kernel(
     }
   };
   int64_t next_s, next_d, next_t;
-  load_index(warp * kWarp + lane_in_warp, next_s, next_d, next_t);
+  // Lanes past the chunk's edges load none (indices -1: nothing scored, nothing reported).
+  auto lane_edge = [&](int64_t chunk) { return lane_has_edge ? chunk + lane_in_warp : num_edges; };
+  load_index(lane_edge(warp * chunk_edges), next_s, next_d, next_t);
 
-  for (int64_t chunk = warp * kWarp; chunk < num_edges; chunk += warp_stride) {
+  for (int64_t chunk = warp * chunk_edges; chunk < num_edges; chunk += warp_stride) {
     const int64_t my_s = next_s, my_d = next_d, my_t = next_t;
-    load_index(chunk + warp_stride + lane_in_warp, next_s, next_d, next_t);  // prefetch
-    const int64_t my_edge = chunk + lane_in_warp;
+    load_index(lane_edge(chunk + warp_stride), next_s, next_d, next_t);  // prefetch
+    const int64_t my_edge = lane_edge(chunk);
     const bool my_valid = my_s >= 0 && my_s < num_src && my_d >= 0 && my_d < num_dst &&
                           my_t >= 0 && my_t < num_rel;
     if (!my_valid && my_edge < num_edges) {
@@ -121,7 +126,7 @@ __global__ void __launch_bounds__(kThreads, REL ? 1 : 3) edge_dot_fwd_kernel(
     }
     acc_t my_score = std::numeric_limits<acc_t>::quiet_NaN();
 
-    for (int t0 = 0; t0 < group_size; t0 += batch) {
+    for (int t0 = 0; t0 < group_edges; t0 += batch) {
       const scalar_t* src_row[EPG];
       const scalar_t* dst_row[EPG];
       const scalar_t* rel_row[REL ? EPG : 1];
@@ -182,6 +187,19 @@ __global__ void __launch_bounds__(kThreads, REL ? 1 : 3) edge_dot_fwd_kernel(
 // (benchmarks/NOTES.md): 8 was no faster in fp32 and 1.8x slower in bf16 than 4.
 constexpr int kForwardEdgesInFlight = 4;
 
+// Edges per warp chunk. A chunk of 32 costs 32 / (32 / G * EPG) rounds of dependent row loads
+// per warp; when E / 32 warps would not fill the GPU's resident warps (E below ~100K on the
+// H200), the time is those rounds' latency, so the chunk shrinks (down to one round per
+// group: (32 / G) * EPG edges) until the warps fill it.
+int chunk_edges_for(int64_t num_edges, int group, int blocks_per_sm) {
+  const int64_t resident_warps = num_sms() * blocks_per_sm * (kThreads / kWarp);
+  const int batch = std::min(kForwardEdgesInFlight, group);
+  const int smallest = (kWarp / group) * batch;
+  int chunk = kWarp;
+  while (chunk > smallest && (num_edges + chunk - 1) / chunk < resident_warps) chunk /= 2;
+  return chunk;
+}
+
 // rel / rel_index undefined: the plain dot product.
 template <typename scalar_t, typename index_t, int VEC, bool REL>
 void launch_forward(const at::Tensor& x_src, const at::Tensor& x_dst, const at::Tensor& rel,
@@ -190,7 +208,8 @@ void launch_forward(const at::Tensor& x_src, const at::Tensor& x_dst, const at::
                     unsigned long long* first_bad) {
   const int64_t num_edges = out.size(0), feat_dim = x_src.size(1);
   const int group = group_size_for(feat_dim, VEC);
-  const int64_t grid = grid_for((num_edges + kWarp - 1) / kWarp);
+  const int chunk_edges = chunk_edges_for(num_edges, group, REL ? 1 : 3);
+  const int64_t grid = grid_for((num_edges + chunk_edges - 1) / chunk_edges);
   const auto stream = c10::cuda::getCurrentCUDAStream();
   edge_dot_fwd_kernel<scalar_t, index_t, VEC, kForwardEdgesInFlight, REL>
       <<<grid, kThreads, 0, stream>>>(
@@ -201,7 +220,7 @@ void launch_forward(const at::Tensor& x_src, const at::Tensor& x_dst, const at::
           src_index.const_data_ptr<index_t>(), src_index.stride(0),
           dst_index.const_data_ptr<index_t>(), dst_index.stride(0),
           REL ? rel_index.const_data_ptr<index_t>() : nullptr, REL ? rel_index.stride(0) : 0,
-          out.mutable_data_ptr<scalar_t>(), first_bad, num_edges, feat_dim, group);
+          out.mutable_data_ptr<scalar_t>(), first_bad, num_edges, feat_dim, group, chunk_edges);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
