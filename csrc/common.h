@@ -6,10 +6,8 @@
 // index by (dims, dtypes, devices, lengths). Index values are not checked here: the kernels
 // skip an index out of range and report it (first_bad), they never throw for one.
 //
-// Numbers enter these messages through std::to_string, never as TORCH_CHECK arguments: an
-// integer formatted by TORCH_CHECK's ostream crashed the process (std::ostream::_M_insert<long>)
-// on the GPU machine's image instead of raising (benchmarks/NOTES.md, "Why Python raises the
-// errors"); strings and dtypes format safely there.
+// Every check is a PYG_EDGEDOT_CHECK (check.h): numbers enter its messages through
+// std::to_string, never an ostream.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -18,6 +16,8 @@
 #include <cstdint>
 #include <string>
 #include <tuple>
+
+#include "check.h"
 
 namespace pyg_edgedot {
 
@@ -28,25 +28,25 @@ namespace pyg_edgedot {
 // x: [num_nodes, feat_dim]. The kernels dispatch on the dtype of the first feature tensor of
 // an op and reject any other dtype themselves.
 inline void check_rows(const char* op, const at::Tensor& x, const char* name) {
-  TORCH_CHECK(x.dim() == 2, op, ": ", name, " must be 2-D");
+  PYG_EDGEDOT_CHECK(x.dim() == 2, op, ": ", name, " must be 2-D");
 }
 
 // x is read as rows of `like`: its dtype, on its device, over its feature dimension.
 inline void check_rows_like(const char* op, const at::Tensor& x, const char* name,
                             const at::Tensor& like, const char* like_name) {
   check_rows(op, x, name);
-  TORCH_CHECK(x.scalar_type() == like.scalar_type() && x.device() == like.device() &&
-                  x.size(1) == like.size(1),
-              op, ": ", name, " must have the dtype, device and feature dimension of ",
-              like_name);
+  PYG_EDGEDOT_CHECK(x.scalar_type() == like.scalar_type() && x.device() == like.device() &&
+                        x.size(1) == like.size(1),
+                    op, ": ", name, " must have the dtype, device and feature dimension of ",
+                    like_name);
 }
 
 // index: `dims`-D ([E], [N] or [N, K]) on the device of the features x. The kernels dispatch
 // on the dtype of the first index of an op.
 inline void check_index(const char* op, const at::Tensor& index, const char* name, int64_t dims,
                         const at::Tensor& x) {
-  TORCH_CHECK(index.dim() == dims, op, ": ", name, " must be ", std::to_string(dims), "-D");
-  TORCH_CHECK(index.device() == x.device(), op, ": ", name, " must be on ", x.device());
+  PYG_EDGEDOT_CHECK(index.dim() == dims, op, ": ", name, " must be ", std::to_string(dims), "-D");
+  PYG_EDGEDOT_CHECK(index.device() == x.device(), op, ": ", name, " must be on ", x.device());
 }
 
 // index is read alongside `first` (the index the kernels dispatch on): its dtype, and as many
@@ -55,18 +55,20 @@ inline void check_index_like(const char* op, const at::Tensor& index, const char
                              int64_t dims, const at::Tensor& first, const char* first_name,
                              const at::Tensor& x) {
   check_index(op, index, name, dims, x);
-  TORCH_CHECK(index.scalar_type() == first.scalar_type() && index.size(0) == first.size(0), op,
-              ": ", name, " must have the dtype and length of ", first_name);
+  PYG_EDGEDOT_CHECK(
+      index.scalar_type() == first.scalar_type() && index.size(0) == first.size(0), op, ": ",
+      name, " must have the dtype and length of ", first_name);
 }
 
 // grad_out: [E], one entry per scatter index, read as x's dtype on x's device.
 inline void check_grad_out(const char* op, const at::Tensor& grad_out,
                            const at::Tensor& scatter_index, const at::Tensor& x,
                            const char* x_name) {
-  TORCH_CHECK(grad_out.dim() == 1 && grad_out.size(0) == scatter_index.size(0), op,
-              ": grad_out must be 1-D with the length of scatter_index");
-  TORCH_CHECK(grad_out.scalar_type() == x.scalar_type() && grad_out.device() == x.device(), op,
-              ": grad_out must have the dtype and device of ", x_name);
+  PYG_EDGEDOT_CHECK(grad_out.dim() == 1 && grad_out.size(0) == scatter_index.size(0), op,
+                    ": grad_out must be 1-D with the length of scatter_index");
+  PYG_EDGEDOT_CHECK(
+      grad_out.scalar_type() == x.scalar_type() && grad_out.device() == x.device(), op,
+      ": grad_out must have the dtype and device of ", x_name);
 }
 
 // x_src [N_src, D], x_dst [N_dst, D] and the first index, src_index ([E] or [N]).
@@ -83,16 +85,17 @@ inline void check_topk_args(const char* op, const at::Tensor& x_src, const at::T
                             const at::Tensor& src_index, const at::Tensor& exclude_ptr,
                             const at::Tensor& exclude_dst, int64_t k) {
   check_source_and_dest(op, x_src, x_dst, src_index);
-  TORCH_CHECK(k >= 0, op, ": k must be >= 0 (got ", std::to_string(k), ")");
+  PYG_EDGEDOT_CHECK(k >= 0, op, ": k must be >= 0 (got ", std::to_string(k), ")");
   for (const at::Tensor* t : {&exclude_ptr, &exclude_dst}) {
-    TORCH_CHECK(t->dim() == 1 && t->scalar_type() == at::kLong && t->device() == x_src.device(),
-                op, ": exclude_ptr and exclude_dst must be 1-D int64 on ", x_src.device());
+    PYG_EDGEDOT_CHECK(
+        t->dim() == 1 && t->scalar_type() == at::kLong && t->device() == x_src.device(), op,
+        ": exclude_ptr and exclude_dst must be 1-D int64 on ", x_src.device());
   }
-  TORCH_CHECK(exclude_ptr.numel() == 0 || exclude_ptr.numel() == x_src.size(0) + 1, op,
-              ": exclude_ptr must be empty or have N_src + 1 entries");
-  TORCH_CHECK(x_src.scalar_type() == at::kFloat || x_src.scalar_type() == at::kDouble ||
-                  x_src.scalar_type() == at::kHalf || x_src.scalar_type() == at::kBFloat16,
-              op, ": x_src must be float32, float64, float16 or bfloat16");
+  PYG_EDGEDOT_CHECK(exclude_ptr.numel() == 0 || exclude_ptr.numel() == x_src.size(0) + 1, op,
+                    ": exclude_ptr must be empty or have N_src + 1 entries");
+  PYG_EDGEDOT_CHECK(x_src.scalar_type() == at::kFloat || x_src.scalar_type() == at::kDouble ||
+                        x_src.scalar_type() == at::kHalf || x_src.scalar_type() == at::kBFloat16,
+                    op, ": x_src must be float32, float64, float16 or bfloat16");
 }
 
 // Kernels read rows through a row stride; only a column stride other than 1 needs a copy.

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "check.h"
 #include "counter_rng.h"
 
 namespace pyg_edgedot {
@@ -182,11 +183,11 @@ struct Options {
 
 inline Options parse_options(const char* op, c10::string_view negatives, c10::string_view loss,
                              c10::string_view reduction) {
-  TORCH_CHECK(negatives == "structured" || negatives == "uniform", op,
-              ": negatives must be 'structured' or 'uniform'");
-  TORCH_CHECK(loss == "bce" || loss == "bpr", op, ": loss must be 'bce' or 'bpr'");
-  TORCH_CHECK(reduction == "mean" || reduction == "sum", op,
-              ": reduction must be 'mean' or 'sum'");
+  PYG_EDGEDOT_CHECK(negatives == "structured" || negatives == "uniform", op,
+                    ": negatives must be 'structured' or 'uniform'");
+  PYG_EDGEDOT_CHECK(loss == "bce" || loss == "bpr", op, ": loss must be 'bce' or 'bpr'");
+  PYG_EDGEDOT_CHECK(reduction == "mean" || reduction == "sum", op,
+                    ": reduction must be 'mean' or 'sum'");
   return Options{negatives == "structured", loss == "bce" ? Loss::kBce : Loss::kBpr,
                  reduction == "mean"};
 }
@@ -198,36 +199,38 @@ inline Space make_space(const char* op, const at::Tensor& x_src, const at::Tenso
                         const at::Tensor& seed, const at::Tensor& excluded_adj,
                         const at::Tensor& row_ptr, int64_t num_negatives, int64_t num_src_nodes,
                         int64_t num_dst_nodes, bool self_loops, bool structured) {
-  TORCH_CHECK(x_src.dim() == 2 && x_dst.dim() == 2, op, ": x_src and x_dst must be 2-D");
-  TORCH_CHECK(x_dst.scalar_type() == x_src.scalar_type() && x_dst.device() == x_src.device() &&
-                  x_dst.size(1) == x_src.size(1),
-              op, ": x_dst must have the dtype, device and feature dimension of x_src");
-  TORCH_CHECK(src_index.dim() == 1 && dst_index.dim() == 1 &&
-                  src_index.size(0) == dst_index.size(0) &&
-                  src_index.scalar_type() == dst_index.scalar_type() &&
-                  src_index.device() == x_src.device() && dst_index.device() == x_src.device(),
-              op, ": src_index and dst_index must be 1-D of one length and dtype, on ",
-              x_src.device());
-  TORCH_CHECK(seed.dim() == 0 && seed.scalar_type() == at::kLong &&
-                  (seed.device().is_cpu() || seed.device() == x_src.device()),
-              op, ": seed must be a 0-dim int64 tensor on the CPU or ", x_src.device());
+  PYG_EDGEDOT_CHECK(x_src.dim() == 2 && x_dst.dim() == 2, op, ": x_src and x_dst must be 2-D");
+  PYG_EDGEDOT_CHECK(x_dst.scalar_type() == x_src.scalar_type() &&
+                        x_dst.device() == x_src.device() && x_dst.size(1) == x_src.size(1),
+                    op, ": x_dst must have the dtype, device and feature dimension of x_src");
+  PYG_EDGEDOT_CHECK(src_index.dim() == 1 && dst_index.dim() == 1 &&
+                        src_index.size(0) == dst_index.size(0) &&
+                        src_index.scalar_type() == dst_index.scalar_type() &&
+                        src_index.device() == x_src.device() &&
+                        dst_index.device() == x_src.device(),
+                    op, ": src_index and dst_index must be 1-D of one length and dtype, on ",
+                    x_src.device());
+  PYG_EDGEDOT_CHECK(seed.dim() == 0 && seed.scalar_type() == at::kLong &&
+                        (seed.device().is_cpu() || seed.device() == x_src.device()),
+                    op, ": seed must be a 0-dim int64 tensor on the CPU or ", x_src.device());
   for (const at::Tensor* t : {&excluded_adj, &row_ptr}) {
-    TORCH_CHECK(t->dim() == 1 && t->scalar_type() == at::kLong && t->device() == x_src.device(),
-                op, ": excluded_adj and row_ptr must be 1-D int64 on ", x_src.device());
+    PYG_EDGEDOT_CHECK(
+        t->dim() == 1 && t->scalar_type() == at::kLong && t->device() == x_src.device(), op,
+        ": excluded_adj and row_ptr must be 1-D int64 on ", x_src.device());
   }
-  TORCH_CHECK(num_negatives >= 1, op, ": num_negatives must be >= 1");
-  TORCH_CHECK(num_src_nodes >= 1 && num_src_nodes <= x_src.size(0) && num_dst_nodes >= 1 &&
-                  num_dst_nodes <= x_dst.size(0),
-              op, ": num_src_nodes and num_dst_nodes must be >= 1 and at most the rows of x_src "
-              "and x_dst");
-  TORCH_CHECK(row_ptr.numel() == 0 || row_ptr.numel() == num_src_nodes + 1, op,
-              ": row_ptr must be empty or [num_src_nodes + 1]");
+  PYG_EDGEDOT_CHECK(num_negatives >= 1, op, ": num_negatives must be >= 1");
+  PYG_EDGEDOT_CHECK(num_src_nodes >= 1 && num_src_nodes <= x_src.size(0) && num_dst_nodes >= 1 &&
+                        num_dst_nodes <= x_dst.size(0),
+                    op, ": num_src_nodes and num_dst_nodes must be >= 1 and at most the rows of "
+                    "x_src and x_dst");
+  PYG_EDGEDOT_CHECK(row_ptr.numel() == 0 || row_ptr.numel() == num_src_nodes + 1, op,
+                    ": row_ptr must be empty or [num_src_nodes + 1]");
   const int64_t width = self_loops ? num_dst_nodes : num_dst_nodes - 1;
-  TORCH_CHECK(width >= 1 && num_src_nodes <= (int64_t{1} << 62) / width, op,
-              ": too few or too many candidate pairs");
+  PYG_EDGEDOT_CHECK(width >= 1 && num_src_nodes <= (int64_t{1} << 62) / width, op,
+                    ": too few or too many candidate pairs");
   const int64_t num_keys = num_src_nodes * width;
-  TORCH_CHECK(excluded_adj.numel() < num_keys, op,
-              ": no candidate pair is left to draw negatives from");
+  PYG_EDGEDOT_CHECK(excluded_adj.numel() < num_keys, op,
+                    ": no candidate pair is left to draw negatives from");
   Space sp;
   sp.adj = nullptr;
   sp.row_ptr = nullptr;
@@ -250,12 +253,13 @@ inline Space make_space(const char* op, const at::Tensor& x_src, const at::Tenso
 inline void check_grad_args(const char* op, const at::Tensor& grad_loss,
                             const at::Tensor& score_grad, const at::Tensor& x_src,
                             int64_t num_edges, int64_t width) {
-  TORCH_CHECK(grad_loss.dim() == 0 && grad_loss.device() == x_src.device(), op,
-              ": grad_loss must be a 0-dim tensor on ", x_src.device());
-  TORCH_CHECK(score_grad.dim() == 2 && score_grad.size(0) == num_edges &&
-                  score_grad.size(1) == width && score_grad.scalar_type() == x_src.scalar_type() &&
-                  score_grad.device() == x_src.device(),
-              op, ": score_grad must be [E, 1 + num_negatives] in x_src's dtype and device");
+  PYG_EDGEDOT_CHECK(grad_loss.dim() == 0 && grad_loss.device() == x_src.device(), op,
+                    ": grad_loss must be a 0-dim tensor on ", x_src.device());
+  PYG_EDGEDOT_CHECK(score_grad.dim() == 2 && score_grad.size(0) == num_edges &&
+                        score_grad.size(1) == width &&
+                        score_grad.scalar_type() == x_src.scalar_type() &&
+                        score_grad.device() == x_src.device(),
+                    op, ": score_grad must be [E, 1 + num_negatives] in x_src's dtype and device");
 }
 
 }  // namespace loss

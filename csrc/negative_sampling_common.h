@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <string>
 
+#include "check.h"
 #include "counter_rng.h"
 
 namespace pyg_edgedot {
@@ -154,9 +155,9 @@ inline int64_t iid_draw_count(int64_t want, int64_t free) {
 // i.i.d. ranks of [0, M) a top-up round draws while `held` distinct ones are held: a draw
 // lands outside them with probability (M - held) / M > 3/4.
 inline int64_t top_up_draw_count(int64_t count, int64_t held, int64_t num_ranks, int round) {
-  TORCH_CHECK(round <= kMaxTopUpRounds, "negative_sample: ", std::to_string(round),
-              " top-up rounds left ", std::to_string(count - held),
-              " ranks undrawn (a generator failure)");
+  PYG_EDGEDOT_CHECK(round <= kMaxTopUpRounds, "negative_sample: ", std::to_string(round),
+                    " top-up rounds left ", std::to_string(count - held),
+                    " ranks undrawn (a generator failure)");
   const int64_t free = num_ranks - held;
   return static_cast<int64_t>(std::ceil(static_cast<double>(iid_draw_count(count - held, free)) *
                                         static_cast<double>(num_ranks) /
@@ -173,8 +174,8 @@ inline int log_bucket_count(int64_t n) {
 inline Mode parse_mode(c10::string_view mode) {
   if (mode == "directed") return Mode::kDirected;
   if (mode == "no_loops") return Mode::kNoLoops;
-  TORCH_CHECK(mode == "undirected", "negative_sample: mode must be 'directed', 'no_loops' or "
-              "'undirected' (got '", std::string(mode.data(), mode.size()), "')");
+  PYG_EDGEDOT_CHECK(mode == "undirected", "negative_sample: mode must be 'directed', 'no_loops' or "
+                    "'undirected' (got '", std::string(mode.data(), mode.size()), "')");
   return Mode::kUndirected;
 }
 
@@ -191,32 +192,32 @@ inline Plan check_negative_sample(const at::Tensor& excluded_adj, int64_t num_ra
                                   at::ScalarType dtype, int64_t first_round) {
   const char* op = "negative_sample";
   const Mode mode = parse_mode(mode_name);
-  TORCH_CHECK(excluded_adj.dim() == 1 && excluded_adj.scalar_type() == at::kLong, op,
-              ": excluded_adj must be a 1-D int64 tensor (got ",
-              std::to_string(excluded_adj.dim()), "-D ", excluded_adj.scalar_type(), ")");
-  TORCH_CHECK(dtype == at::kInt || dtype == at::kLong, op, ": dtype must be int32 or int64 (got ",
-              dtype, ")");
-  TORCH_CHECK(num_src_nodes >= 0 && num_dst_nodes >= 0 && num_ranks >= 0 && count >= 0 &&
-                  first_round >= -1,
-              op, ": num_src_nodes, num_dst_nodes, num_ranks and count must be >= 0 and "
-              "first_round >= -1 (got ", std::to_string(num_src_nodes), ", ",
-              std::to_string(num_dst_nodes), ", ", std::to_string(num_ranks), ", ",
-              std::to_string(count), ", ", std::to_string(first_round), ")");
+  PYG_EDGEDOT_CHECK(excluded_adj.dim() == 1 && excluded_adj.scalar_type() == at::kLong, op,
+                    ": excluded_adj must be a 1-D int64 tensor (got ",
+                    std::to_string(excluded_adj.dim()), "-D ", excluded_adj.scalar_type(), ")");
+  PYG_EDGEDOT_CHECK(dtype == at::kInt || dtype == at::kLong, op,
+                    ": dtype must be int32 or int64 (got ", dtype, ")");
+  PYG_EDGEDOT_CHECK(num_src_nodes >= 0 && num_dst_nodes >= 0 && num_ranks >= 0 && count >= 0 &&
+                        first_round >= -1,
+                    op, ": num_src_nodes, num_dst_nodes, num_ranks and count must be >= 0 and "
+                    "first_round >= -1 (got ", std::to_string(num_src_nodes), ", ",
+                    std::to_string(num_dst_nodes), ", ", std::to_string(num_ranks), ", ",
+                    std::to_string(count), ", ", std::to_string(first_round), ")");
   const __int128 width = mode == Mode::kNoLoops ? num_dst_nodes - 1 : num_dst_nodes;
   const __int128 zero = 0;
   const __int128 num_keys =
       mode == Mode::kUndirected ? static_cast<__int128>(num_src_nodes) * (num_src_nodes - 1) / 2
                                 : static_cast<__int128>(num_src_nodes) * (width > 0 ? width : zero);
-  TORCH_CHECK(num_keys < (static_cast<__int128>(1) << 62) &&
-                  num_ranks + excluded_adj.numel() == static_cast<int64_t>(num_keys),
-              op, ": num_ranks + len(excluded_adj) must be the number of ",
-              std::string(mode_name.data(), mode_name.size()),
-              " keys of ", std::to_string(num_src_nodes), " x ", std::to_string(num_dst_nodes),
-              " nodes (got ", std::to_string(num_ranks), " + ",
-              std::to_string(excluded_adj.numel()), ")");
-  TORCH_CHECK(count == 0 || (replace ? num_ranks > 0 : count <= num_ranks), op,
-              ": cannot draw ", std::to_string(count),
-              replace ? " keys from " : " distinct keys from ", std::to_string(num_ranks));
+  PYG_EDGEDOT_CHECK(num_keys < (static_cast<__int128>(1) << 62) &&
+                        num_ranks + excluded_adj.numel() == static_cast<int64_t>(num_keys),
+                    op, ": num_ranks + len(excluded_adj) must be the number of ",
+                    std::string(mode_name.data(), mode_name.size()),
+                    " keys of ", std::to_string(num_src_nodes), " x ",
+                    std::to_string(num_dst_nodes), " nodes (got ", std::to_string(num_ranks), " + ",
+                    std::to_string(excluded_adj.numel()), ")");
+  PYG_EDGEDOT_CHECK(count == 0 || (replace ? num_ranks > 0 : count <= num_ranks), op,
+                    ": cannot draw ", std::to_string(count),
+                    replace ? " keys from " : " distinct keys from ", std::to_string(num_ranks));
   const int64_t row_width = static_cast<int64_t>(width > 1 ? width : static_cast<__int128>(1));
   return Plan{mode, mode == Mode::kUndirected ? 2 * count : count,
               Decoder{num_src_nodes, row_width, 1.0 / static_cast<double>(row_width)}};

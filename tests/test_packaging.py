@@ -3,6 +3,7 @@ interpreter, with a build cache of its own (CPU kernel only, so one real build o
 minute on 2 cores; the failing-compiler cases take seconds). Installing the wheel and the
 sdist is checked by .ci/run."""
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -164,3 +165,17 @@ def test_short_reason_is_the_compilers_first_error_not_the_command_line():
 def test_the_sources_are_found_and_the_schemas_read():
     assert _build.find_csrc() in _build.CSRC_CANDIDATES
     assert "edge_dot" in _build.schemas()["edge_dot"]
+
+
+def test_every_csrc_check_builds_its_message_without_an_ostream():
+    # csrc/check.h: TORCH_CHECK's ostream crashed the GPU image's process on an integer, so
+    # every check is a PYG_EDGEDOT_CHECK, whose parts must be strings, dtypes or devices
+    # (numbers through std::to_string; anything else does not compile).
+    csrc = Path(_build.find_csrc())
+    bare = [f"{path.relative_to(csrc)}:{number}"
+            for path in sorted(csrc.rglob("*"))
+            if path.suffix in {".h", ".cuh", ".cpp", ".cu"} and path.name != "check.h"
+            for number, line in enumerate(path.read_text().splitlines(), 1)
+            if re.search(r"\bTORCH_(CHECK|INTERNAL_ASSERT)\w*\s*\(", line)]
+    assert not bare, f"use PYG_EDGEDOT_CHECK (csrc/check.h) at {bare}"
+    assert "PYG_EDGEDOT_CHECK(" in (csrc / "common.h").read_text()

@@ -282,8 +282,8 @@ void permute_and_write(const at::Tensor& keys, int64_t n, int64_t count, int64_t
   const int64_t steps_end = std::min(count, n - 1);    // one run: its steps
   if (n > kInCacheShuffle) {
     const int log_buckets = log_bucket_count(n);
-    TORCH_CHECK(log_buckets <= 31, "negative_sample: too many keys to permute (",
-                std::to_string(n), ")");
+    PYG_EDGEDOT_CHECK(log_buckets <= 31, "negative_sample: too many keys to permute (",
+                      std::to_string(n), ")");
     at::Tensor label = at::empty({n}, keys.options().dtype(at::kInt));
     launch(bucket_kernel, n, stream, reinterpret_cast<uint32_t*>(label.mutable_data_ptr<int>()),
            n, Stream(seed, kBucketStream), 64 - log_buckets);

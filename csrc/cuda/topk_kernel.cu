@@ -502,7 +502,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> topk_dst_cuda(
       case at::kFloat: launch_fused<float, index_t>(args, scores, index); break;
       case at::kHalf: launch_fused<at::Half, index_t>(args, scores, index); break;
       case at::kBFloat16: launch_fused<at::BFloat16, index_t>(args, scores, index); break;
-      default: TORCH_CHECK(false, op, ": no fused kernel for ", x_src.scalar_type());
+      default: PYG_EDGEDOT_CHECK(false, op, ": no fused kernel for ", x_src.scalar_type());
     }
   });
   return {scores, index, first_bad};
