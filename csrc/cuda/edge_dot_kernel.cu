@@ -17,7 +17,9 @@
 // and one group per stretch of consecutive output rows walks their edges in sorted order,
 // writing each row once, in the output dtype (rows past a length limit are summed in pieces
 // by other kernels). No atomics, so the result is bitwise deterministic; traffic: E * D
-// gathered elements + N * D written + the sort of (key, gather index, gradient).
+// gathered elements + N * D written + the sort of (key, gather index, gradient). Small E
+// (at most 2^16 edges and rows * E <= 2^25) skips the sort: a warp per (row, segment of the
+// edges) scans the scatter indices in order, one or two launches per side instead of ~11.
 #include <ATen/ATen.h>
 #include <ATen/OpMathType.h>
 #include <c10/cuda/CUDAException.h>
@@ -356,6 +358,30 @@ __device__ __forceinline__ void add_edge(acc_t (&acc)[VEC], acc_t weight,
   }
 }
 
+// Adds EPG edges' terms to acc, in order: edge j, where use[j], is weight[j] *
+// (x_other[other[j]] *) x_gather[gather[j]] at columns [k, k + VEC). Their rows load first,
+// all in flight together.
+template <int EPG, bool TRIPLE, typename scalar_t, int VEC>
+__device__ __forceinline__ void add_edges(at::opmath_type<scalar_t> (&acc)[VEC],
+                                          const GatherRows<scalar_t>& in, int64_t k,
+                                          const bool (&use)[EPG],
+                                          const at::opmath_type<scalar_t> (&weight)[EPG],
+                                          const int64_t (&gather)[EPG],
+                                          const int64_t (&other)[EPG]) {
+  Packed<scalar_t, VEC> vals[EPG], other_vals[TRIPLE ? EPG : 1];
+#pragma unroll
+  for (int j = 0; j < EPG; ++j) {
+    if (use[j]) {
+      vals[j].load(in.x_gather + gather[j] * in.gather_stride + k);
+      if constexpr (TRIPLE) other_vals[j].load(in.x_other + other[j] * in.other_stride + k);
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < EPG; ++j) {
+    if (use[j]) add_edge<TRIPLE>(acc, weight[j], vals[j], other_vals[TRIPLE ? j : 0]);
+  }
+}
+
 template <typename scalar_t, typename Payload, int VEC, bool TRIPLE>
 __device__ __forceinline__ void sum_sorted_edges(const Payload* __restrict__ payload,
                                                  int64_t begin, int64_t end,
@@ -365,35 +391,18 @@ __device__ __forceinline__ void sum_sorted_edges(const Payload* __restrict__ pay
   constexpr int EPG = kGradEdgesInFlight;
   for (int64_t pos = begin; pos < end; pos += EPG) {
     acc_t weight[EPG];
-    const scalar_t* rows[EPG];
-    const scalar_t* others[TRIPLE ? EPG : 1];
+    int64_t gather[EPG], other[EPG];
+    bool use[EPG];
 #pragma unroll
     for (int j = 0; j < EPG; ++j) {
-      weight[j] = acc_t(0);
-      rows[j] = nullptr;
-      if (pos + j < end) {
-        const auto edge = payload[pos + j];
-        if (edge.gather >= 0) {
-          weight[j] = edge.grad;
-          rows[j] = in.x_gather + static_cast<int64_t>(edge.gather) * in.gather_stride;
-          if constexpr (TRIPLE) {
-            others[j] = in.x_other + static_cast<int64_t>(edge.other) * in.other_stride;
-          }
-        }
-      }
+      const auto edge = pos + j < end ? payload[pos + j] : Payload{};
+      use[j] = pos + j < end && edge.gather >= 0;
+      weight[j] = use[j] ? edge.grad : acc_t(0);
+      gather[j] = static_cast<int64_t>(edge.gather);
+      other[j] = 0;
+      if constexpr (TRIPLE) other[j] = static_cast<int64_t>(edge.other);
     }
-    Packed<scalar_t, VEC> vals[EPG], other_vals[TRIPLE ? EPG : 1];
-#pragma unroll
-    for (int j = 0; j < EPG; ++j) {
-      if (rows[j] != nullptr) {
-        vals[j].load(rows[j] + k);
-        if constexpr (TRIPLE) other_vals[j].load(others[j] + k);
-      }
-    }
-#pragma unroll
-    for (int j = 0; j < EPG; ++j) {
-      if (rows[j] != nullptr) add_edge<TRIPLE>(acc, weight[j], vals[j], other_vals[TRIPLE ? j : 0]);
-    }
+    add_edges<EPG, TRIPLE>(acc, in, k, use, weight, gather, other);
   }
 }
 
@@ -765,6 +774,187 @@ void launch_long_rows(const SortedEdges<key_t, Payload>& sorted, const GatherRow
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
+// ---------------------------------------------------------------------------------------
+// Backward for small E (one side, no sort)
+// ---------------------------------------------------------------------------------------
+
+// At small E (the seed's W1: 16K edges onto 1K rows) the sorted path's ~11 launches per side
+// (sort input, radix passes, row pointer, walk, long rows) cost more host time than the work.
+// Instead each warp owns one output row and one segment of the edges, and scans the
+// segment's scatter indices in order, 32 at a time: the edges that land on its row are queued
+// in edge order (a per-warp ring in shared memory: gather row, other row, weight) and added
+// kSmallEdgesInFlight<TRIPLE> at a time, their rows in flight together. The warp writes its
+// row's sum over the segment (straight to the output when there is one segment), and a second
+// kernel adds a row's segments in order. Every sum runs over ascending edges from zero and the
+// segments are added in order, and the segments are a function of E and the row count only:
+// the same bits on every run and every GPU. A hub row's edges are spread over the segments,
+// so no warp adds more than one segment's edges.
+constexpr int64_t kSmallMaxEdges = int64_t{1} << 16;
+constexpr int64_t kSmallMaxScan = int64_t{1} << 25;     // rows * E: every warp's scan in all
+constexpr int64_t kSmallTargetWarps = 8192;             // about an H200's resident warps
+constexpr int64_t kSmallMinSegment = 256;
+constexpr int kSmallRing = 64;                          // > kSmallEdgesInFlight + 32
+template <bool TRIPLE>
+constexpr int kSmallEdgesInFlight = TRIPLE ? 4 : 8;
+
+struct SmallGradPlan {
+  int64_t segment_edges, num_segments;
+};
+
+// Whether the small-E backward takes this gradient (one lane's VEC columns cover a row).
+bool small_grad_fits(int64_t num_edges, int64_t num_rows, int64_t feat_dim, int vec,
+                     int64_t num_gather, int64_t num_other) {
+  const int64_t int32_max = std::numeric_limits<int32_t>::max();
+  return num_edges <= kSmallMaxEdges && num_rows <= kSmallMaxScan / num_edges &&
+         feat_dim <= int64_t{kWarp} * vec && num_gather < int32_max && num_other < int32_max;
+}
+
+SmallGradPlan plan_small_grad(int64_t num_edges, int64_t num_rows) {
+  const int64_t most = std::max<int64_t>(1, num_edges / kSmallMinSegment);
+  const int64_t wanted = (kSmallTargetWarps + num_rows - 1) / num_rows;
+  const int64_t segments = std::clamp<int64_t>(wanted, 1, most);
+  const int64_t per_segment = ((num_edges + segments - 1) / segments + kWarp - 1) / kWarp * kWarp;
+  return {per_segment, (num_edges + per_segment - 1) / per_segment};
+}
+
+template <typename acc_t>
+struct QueuedEdge {
+  int32_t gather;  // -1: an index out of range, which adds nothing
+  int32_t other;
+  acc_t weight;
+};
+
+template <typename scalar_t, typename index_t, int VEC, bool TRIPLE>
+__global__ void __launch_bounds__(kThreads) edge_dot_grad_small_kernel(
+    const scalar_t* __restrict__ grad_out,                                                // [E]
+    const index_t* __restrict__ scatter_index, int64_t scatter_stride,                    // [E]
+    const index_t* __restrict__ gather_index, int64_t gather_stride, int64_t num_gather,  // [E]
+    const index_t* __restrict__ other_index, int64_t other_stride, int64_t num_other,     // [E]
+    const GatherRows<scalar_t> in, int64_t num_edges, int64_t num_rows, int64_t feat_dim,
+    SmallGradPlan plan,
+    scalar_t* __restrict__ out,                           // [num_rows, D]: one segment
+    at::opmath_type<scalar_t>* __restrict__ partial) {    // [segments, num_rows, D]: more
+  using acc_t = at::opmath_type<scalar_t>;
+  constexpr int EPG = kSmallEdgesInFlight<TRIPLE>;
+  __shared__ QueuedEdge<acc_t> rings[kThreads / kWarp][kSmallRing];
+  const int64_t warp = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
+  if (warp >= num_rows * plan.num_segments) return;  // the whole warp
+  QueuedEdge<acc_t>* ring = rings[threadIdx.x / kWarp];
+  const int lane = threadIdx.x % kWarp;
+  const int64_t segment = warp / num_rows, row = warp - segment * num_rows;
+  const int64_t begin = segment * plan.segment_edges;
+  const int64_t end =
+      begin + plan.segment_edges < num_edges ? begin + plan.segment_edges : num_edges;
+  const int64_t k = static_cast<int64_t>(lane) * VEC;
+  const bool active = k < feat_dim;
+  acc_t acc[VEC];
+#pragma unroll
+  for (int i = 0; i < VEC; ++i) acc[i] = acc_t(0);
+  int head = 0, tail = 0;  // queued edges: ring[head % kSmallRing .. tail % kSmallRing)
+  // Adds the next n queued edges, in order.
+  auto add_queued = [&](int n) {
+#pragma unroll 1
+    for (int j0 = 0; j0 < n; j0 += EPG) {
+      acc_t weight[EPG];
+      int64_t gather[EPG], other[EPG];
+      bool use[EPG];
+#pragma unroll
+      for (int j = 0; j < EPG; ++j) {
+        const QueuedEdge<acc_t> edge = ring[(head + j0 + j) % kSmallRing];
+        use[j] = active && j0 + j < n && edge.gather >= 0;
+        weight[j] = edge.weight;
+        gather[j] = edge.gather;
+        other[j] = edge.other;
+      }
+      add_edges<EPG, TRIPLE>(acc, in, k, use, weight, gather, other);
+    }
+    head += n;
+  };
+#pragma unroll 1
+  for (int64_t chunk = begin; chunk < end; chunk += kWarp) {
+    const int64_t e = chunk + lane;
+    const bool match =
+        e < end && static_cast<int64_t>(scatter_index[e * scatter_stride]) == row;
+    const unsigned mask = __ballot_sync(0xffffffffu, match);
+    if (mask == 0) continue;
+    __syncwarp();  // the ring slots written below were read by add_queued before
+    if (match) {
+      const int64_t g = static_cast<int64_t>(gather_index[e * gather_stride]);
+      bool ok = g >= 0 && g < num_gather;
+      int64_t o = 0;
+      if constexpr (TRIPLE) {
+        o = static_cast<int64_t>(other_index[e * other_stride]);
+        ok = ok && o >= 0 && o < num_other;
+      }
+      const int rank = __popc(mask & ((1u << lane) - 1u));
+      ring[(tail + rank) % kSmallRing] = QueuedEdge<acc_t>{
+          static_cast<int32_t>(ok ? g : -1), static_cast<int32_t>(ok ? o : 0),
+          static_cast<acc_t>(grad_out[e])};
+    }
+    __syncwarp();
+    tail += __popc(mask);
+    const int queued = tail - head;
+    if (queued >= EPG) add_queued(queued - queued % EPG);
+  }
+  add_queued(tail - head);
+  if (!active) return;
+  if (plan.num_segments == 1) {
+    store_vec<VEC>(out + row * feat_dim + k, acc);
+  } else {
+    acc_t* dst = partial + (segment * num_rows + row) * feat_dim + k;
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) dst[i] = acc[i];
+  }
+}
+
+// out[i] = the segments' partial sums of element i, added in segment order.
+template <typename scalar_t>
+__global__ void edge_dot_grad_small_sum_kernel(
+    const at::opmath_type<scalar_t>* __restrict__ partial, int64_t num_segments,
+    int64_t num_elems, scalar_t* __restrict__ out) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < num_elems;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    at::opmath_type<scalar_t> sum = 0;
+    for (int64_t s = 0; s < num_segments; ++s) sum += partial[s * num_elems + i];
+    out[i] = static_cast<scalar_t>(sum);
+  }
+}
+
+template <typename scalar_t, typename index_t, int VEC, bool TRIPLE>
+void launch_small_grad(const at::Tensor& grad_out, const at::Tensor& x_gather,
+                       const at::Tensor& scatter_index, const at::Tensor& gather_index,
+                       const at::Tensor& x_other, const at::Tensor& other_index,
+                       const GatherRows<scalar_t>& in, at::Tensor& out, cudaStream_t stream) {
+  using acc_t = at::opmath_type<scalar_t>;
+  const int64_t num_edges = grad_out.size(0), num_rows = out.size(0), feat_dim = out.size(1);
+  const SmallGradPlan plan = plan_small_grad(num_edges, num_rows);
+  at::Tensor partial;
+  if (plan.num_segments > 1) {
+    partial = at::empty({plan.num_segments, num_rows, feat_dim},
+                        out.options().dtype(at::toOpMathType(out.scalar_type())));
+  }
+  const int64_t warps = num_rows * plan.num_segments;
+  const int64_t warps_per_block = kThreads / kWarp;
+  edge_dot_grad_small_kernel<scalar_t, index_t, VEC, TRIPLE>
+      <<<(warps + warps_per_block - 1) / warps_per_block, kThreads, 0, stream>>>(
+          grad_out.const_data_ptr<scalar_t>(), scatter_index.const_data_ptr<index_t>(),
+          scatter_index.stride(0), gather_index.const_data_ptr<index_t>(),
+          gather_index.stride(0), x_gather.size(0),
+          TRIPLE ? other_index.const_data_ptr<index_t>() : nullptr,
+          TRIPLE ? other_index.stride(0) : 0, TRIPLE ? x_other.size(0) : 0, in, num_edges,
+          num_rows, feat_dim, plan, out.mutable_data_ptr<scalar_t>(),
+          partial.defined() ? partial.mutable_data_ptr<acc_t>() : nullptr);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  if (plan.num_segments > 1) {
+    const int64_t num_elems = num_rows * feat_dim;
+    edge_dot_grad_small_sum_kernel<scalar_t>
+        <<<grid_for((num_elems + kWarp - 1) / kWarp), kThreads, 0, stream>>>(
+            partial.const_data_ptr<acc_t>(), plan.num_segments, num_elems,
+            out.mutable_data_ptr<scalar_t>());
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  }
+}
+
 // out[scatter[e]] += grad[e] * (x_other[other[e]] *) x_gather[gather[e]], one call per
 // gradient; x_other / other_index only with TRIPLE.
 template <typename scalar_t, typename index_t, typename key_t, bool TRIPLE>
@@ -773,13 +963,26 @@ void grad_one_side(const at::Tensor& grad_out, const at::Tensor& x_gather,
                    const at::Tensor& x_other, const at::Tensor& other_index, at::Tensor& out) {
   const int64_t num_edges = grad_out.size(0), num_rows = out.size(0);
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  const GatherRows<scalar_t> in{
+      x_gather.const_data_ptr<scalar_t>(), x_gather.stride(0),
+      TRIPLE ? x_other.const_data_ptr<scalar_t>() : nullptr, TRIPLE ? x_other.stride(0) : 0};
+  constexpr int kVec = 16 / sizeof(scalar_t);
+  const int width = choose_width<scalar_t, TRIPLE>(x_gather, x_other, out);
+  if (small_grad_fits(num_edges, num_rows, out.size(1), width, x_gather.size(0),
+                      TRIPLE ? x_other.size(0) : 0)) {
+    if (width == kVec) {
+      launch_small_grad<scalar_t, index_t, kVec, TRIPLE>(
+          grad_out, x_gather, scatter_index, gather_index, x_other, other_index, in, out, stream);
+    } else {
+      launch_small_grad<scalar_t, index_t, 1, TRIPLE>(
+          grad_out, x_gather, scatter_index, gather_index, x_other, other_index, in, out, stream);
+    }
+    return;
+  }
   const auto sorted = sort_by_row<scalar_t, index_t, key_t, TRIPLE>(
       grad_out, x_gather, scatter_index, gather_index, x_other, other_index, num_rows, stream);
   const at::Tensor rowptr =
       build_rowptr(sorted.keys, num_edges, num_rows, key_options<key_t>(grad_out), stream);
-  const GatherRows<scalar_t> in{
-      x_gather.const_data_ptr<scalar_t>(), x_gather.stride(0),
-      TRIPLE ? x_other.const_data_ptr<scalar_t>() : nullptr, TRIPLE ? x_other.stride(0) : 0};
   auto launch = [&](auto vec_tag) {
     constexpr int V = decltype(vec_tag)::value;
     const GradPlan plan = plan_grad(num_edges, num_rows, x_gather.size(1), V);
@@ -788,8 +991,7 @@ void grad_one_side(const at::Tensor& grad_out, const at::Tensor& x_gather,
       launch_long_rows<scalar_t, V, TRIPLE>(sorted, in, rowptr, out, plan, stream);
     }
   };
-  constexpr int kVec = 16 / sizeof(scalar_t);
-  if (choose_width<scalar_t, TRIPLE>(x_gather, x_other, out) == kVec) {
+  if (width == kVec) {
     launch(std::integral_constant<int, kVec>{});
   } else {
     launch(std::integral_constant<int, 1>{});
