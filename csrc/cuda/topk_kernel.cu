@@ -24,17 +24,17 @@
 //    those of an fp32 dot product).
 // Every thread then compares its 16 scores with their sources' current k-th best (one
 // lexicographic compare of (key, index), the key being the score with NaN as -inf, behind a
-// plain score < threshold that almost every score fails). The few that pass go to a
-// per-source candidate buffer in shared memory, and after a barrier one thread per source
-// checks them against the source's excluded destinations (a cursor into the source's sorted
-// excluded list that only moves forward, as the tiles ascend, and a scan of the few excluded
-// destinations inside the tile) and inserts the survivors into the source's running top-k: a
-// list of min(k, N_dst) (score, index) entries sorted best first, in shared memory, initially
-// all empty slots (-inf, kEmptyIndex) that rank below every real candidate. The order is a
-// total order, so the result does not depend on the order in which candidates reach the list:
-// deterministic. The scores never leave the SM. Sources past N (or out of range) and
-// destinations past N_dst are zero rows in the stages; the former admit nothing, the latter
-// are never offered.
+// plain score < threshold that almost every score fails; with tensor cores, first the max of a
+// lane's 8 scores of a source). The few that pass go to a per-source candidate buffer in shared
+// memory, and after a barrier one thread per source checks them against the source's excluded
+// destinations (a cursor into the source's sorted excluded list that only moves forward, as the
+// tiles ascend, and a scan of the few excluded destinations inside the tile) and inserts the
+// survivors into the source's running top-k: a list of min(k, N_dst) (score, index) entries
+// sorted best first, in shared memory, initially all empty slots (-inf, kEmptyIndex) that rank
+// below every real candidate. The order is a total order, so the result does not depend on the
+// order in which candidates reach the list: deterministic. The scores never leave the SM.
+// Sources past N (or out of range) and destinations past N_dst are zero rows in the stages; the
+// former admit nothing, the latter are never offered.
 //
 // Other cases (float64, k above the cap, a large D, or shared memory too small) take the ATen
 // path: chunks of rows by tiles of destinations scored by at::mm in the accumulation type,
