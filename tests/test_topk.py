@@ -10,7 +10,7 @@ import torch
 
 from pyg_edgedot import topk_dst
 from pyg_edgedot.ops import _chunked, topk as topk_mod
-from _helpers import DEVICES, FLOAT_DTYPES, INDEX_DTYPES, dtype_id, randn
+from _helpers import DEVICES, FLOAT_DTYPES, INDEX_DTYPES, LOW_PRECISION, TOL, dtype_id, randn
 
 BACKENDS = ["op", "fallback"]
 OP = torch.ops.pyg_edgedot.topk_dst.default
@@ -121,8 +121,10 @@ def check(scores, index, x_src, x_dst, k, src_index=None, exclude=None, exact=Tr
         if exact:
             same = (got == expected.to(x_src.dtype).double()) | (got.isnan() & expected.isnan())
             assert bool(same.all()), f"scores differ:\n{got}\n{expected}"
-        else:
-            torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-4)
+        else:   # float16 / bfloat16: the rounding of the output dominates
+            low = x_src.dtype in LOW_PRECISION
+            rtol, atol = (TOL[x_src.dtype],) * 2 if low else (1e-5, 1e-4)
+            torch.testing.assert_close(got, expected, rtol=rtol, atol=atol)
 
 
 # (N_src, N_dst, D, k, E)
@@ -283,11 +285,13 @@ def test_unsorted_returns_the_same_set(backend, device, gen, tiny_tiles):
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_nan_scores_rank_as_minus_inf(backend, device, tiny_tiles):
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=dtype_id)
+def test_nan_scores_rank_as_minus_inf(dtype, backend, device, tiny_tiles):
     # a NaN score is returned (as NaN) only where it ranks: below every number, ties by index
-    x_src = torch.tensor([[1.0, 0.0], [0.0, 1.0]], device=device)
+    # (float16 / bfloat16 on CUDA: the tensor cores' NaN and inf, 0 * inf and NaN * 0 included)
+    x_src = torch.tensor([[1.0, 0.0], [0.0, 1.0]], dtype=dtype, device=device)
     x_dst = torch.tensor([[1.0, float("nan")], [-1.0, 0.0], [float("-inf"), 0.0], [2.0, 3.0]],
-                         device=device)
+                         dtype=dtype, device=device)
     scores, index = run(backend, x_src, x_dst, 4)
     # source 0 scores: nan, -1, -inf, 2 ; source 1: nan, 0, nan (0 * -inf), 3
     assert index.tolist() == [[3, 1, 0, 2], [3, 1, 0, 2]]
@@ -310,7 +314,8 @@ def test_cpp_kernel_and_fallback_agree(device, gen, tiny_tiles):
 
 
 # ---- the CUDA kernel's paths: tiles of 64 sources x 64 destinations, k <= 128 and D <= 256
-# fused (float32 / float16 / bfloat16), the rest (float64, larger k or D) at::mm + sorts ----
+# fused (float32 SIMT FMAs; float16 / bfloat16 tensor cores, D padded to 16), the rest
+# (float64, larger k or D) at::mm + sorts ----
 
 HAS_CUDA = torch.cuda.is_available()
 needs_cuda = pytest.mark.skipif(not HAS_CUDA, reason="CUDA is not available")
@@ -438,6 +443,86 @@ def test_cuda_random_features_large(dtype, gen):
     keys = set((exclude[0] * 20000 + exclude[1]).tolist())
     got = (torch.arange(5000, device="cuda").unsqueeze(1) * 20000 + index).flatten().tolist()
     assert not keys & set(got)
+
+
+@needs_cuda
+@pytest.mark.parametrize("dim", [8, 24, 40, 64, 72, 100, 256])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=dtype_id)
+@pytest.mark.parametrize("sizes", [(150, 1037), (70, 65), (1, 5)],
+                         ids=["partial-tiles", "one-past-a-tile", "within-a-tile"])
+def test_cuda_tensor_core_tiles(sizes, dtype, dim, gen):
+    # The tensor-core product: D padded to 16 (D % 16 = 8 for 8, 24, 40, 72; cp.async copies
+    # for D % 8 = 0, plain loads for 100), source and destination tiles cut by the edges, k up
+    # to the cap, subsets of sources. Small integers: every product and partial sum is exact,
+    # so indices and scores equal the float64 reference's, ties by the lower index included.
+    num_src, num_dst = sizes
+    x_src = int_features(gen, num_src, dim, dtype, "cuda", -2, 3)
+    x_dst = int_features(gen, num_dst, dim, dtype, "cuda", -2, 3)
+    exclude = random_pairs(gen, num_src, num_dst, 3 * num_src, torch.int64, "cuda")
+    for index_dtype in INDEX_DTYPES:
+        src_index = torch.randint(0, num_src, (97,), generator=gen).to(index_dtype).cuda()
+        for k in (1, 20, 127, 128):
+            for ex in (None, exclude):
+                scores, index = topk_dst(x_src, x_dst, k, src_index=src_index, exclude=ex)
+                check(scores, index, x_src, x_dst, k, src_index=src_index, exclude=ex)
+    scores, index = topk_dst(x_src, x_dst, 128, exclude=exclude)
+    check(scores, index, x_src, x_dst, 128, exclude=exclude)
+    # rows out of range are padding (the op itself; the public function raises)
+    src = torch.tensor([0, -1, num_src - 1, num_src], device="cuda")
+    ptr, dst = topk_mod.exclude_csr("topk_dst", exclude, x_src, x_dst)
+    scores, index, first_bad = OP(x_src, x_dst, src, ptr, dst, 20, True)
+    assert first_bad.tolist() == [1]
+    assert bool((index[[1, 3]] == num_dst).all()) and bool(torch.isneginf(scores[[1, 3]]).all())
+    check(scores[[0, 2]], index[[0, 2]], x_src, x_dst, 20, src_index=src[[0, 2]],
+          exclude=exclude)
+
+
+@needs_cuda
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=dtype_id)
+@pytest.mark.parametrize("layout", ["offset", "offset16", "odd_stride", "row_step", "expanded"])
+def test_cuda_tensor_core_layouts(layout, dtype, gen):
+    # x_dst's rows are copied 16 bytes at a time only when D, the row stride and the pointer
+    # allow it: a pointer 2 bytes off ("offset") or a row stride of 67 take plain loads; 16
+    # bytes off, every other row ("row_step") and a row stride of 0 ("expanded") the copies.
+    # The same results as contiguous inputs.
+    dim, num_dst = 64, 300
+    wide = int_features(gen, 2 * num_dst, dim + 8, dtype, "cuda", -2, 3)   # rows of 144 bytes
+    if layout == "offset":
+        x_dst = wide[:num_dst, 1:dim + 1]
+    elif layout == "offset16":
+        x_dst = wide[:num_dst, 8:]
+    elif layout == "odd_stride":
+        x_dst = int_features(gen, num_dst, dim + 3, dtype, "cuda", -2, 3)[:, :dim]
+    elif layout == "row_step":
+        x_dst = wide[::2, :dim]
+    else:
+        x_dst = wide[:1, :dim].expand(num_dst, dim)
+    x_src = int_features(gen, 90, dim + 1, dtype, "cuda", -2, 3)[:, 1:]
+    exclude = random_pairs(gen, 90, num_dst, 400, torch.int64, "cuda")
+    scores, index = topk_dst(x_src, x_dst, 20, exclude=exclude)
+    check(scores, index, x_src, x_dst, 20, exclude=exclude)
+    expected = topk_dst(x_src.contiguous(), x_dst.contiguous(), 20, exclude=exclude)
+    assert torch.equal(index, expected[1]) and torch.equal(scores, expected[0])
+
+
+@needs_cuda
+@pytest.mark.parametrize("dim", [13, 64, 200])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=dtype_id)
+def test_cuda_tensor_core_random_features(dtype, dim, gen):
+    # Random scores: the tensor cores' fp32 sums against the float64 reference of the same
+    # inputs, the same indices wherever two scores are more than tol apart (a wrong tile is off
+    # by far more), scores to the dtype's rounding; the same bits on a second run.
+    num_src, num_dst = 200, 3005
+    x_src = randn(gen, num_src, dim, dtype=dtype, device="cuda")
+    x_dst = randn(gen, num_dst, dim, dtype=dtype, device="cuda")
+    exclude = random_pairs(gen, num_src, num_dst, 20000, torch.int64, "cuda")
+    src_index = torch.randint(0, num_src, (150,), generator=gen).cuda()
+    for k in (20, 128):
+        scores, index = topk_dst(x_src, x_dst, k, src_index=src_index, exclude=exclude)
+        check(scores, index, x_src, x_dst, k, src_index=src_index, exclude=exclude,
+              exact=False, tol=1e-3)
+        again = topk_dst(x_src, x_dst, k, src_index=src_index, exclude=exclude)
+        assert torch.equal(again[1], index) and torch.equal(again[0], scores)
 
 
 @pytest.mark.parametrize("device", DEVICES)
