@@ -82,8 +82,18 @@ inline int64_t grid_for(int64_t num_warps_needed) {
 //
 // With REL, each product also takes the edge's relation row: sum_k a[k] * r[k] * b[k]
 // (DistMult). The relation table is small, so its rows come from L1/L2.
+// Edges whose row loads are in flight together per group, and the blocks per SM the register
+// cap is set for. Measured on the H200 (benchmarks/NOTES.md, "Next" 1): 2 edges at 4 blocks
+// per SM tied 4 edges at 3 blocks in random order and was 6-8% faster sorted by source, where
+// half the row loads hit L1 and more warps keep more DRAM reads in flight; 8 edges was slower
+// than 4 (1.8x in bf16). DistMult's three rows keep 4 edges at one block per SM.
+template <bool REL>
+constexpr int kForwardEdgesInFlight = REL ? 4 : 2;
+template <bool REL>
+constexpr int kForwardBlocksPerSm = REL ? 1 : 4;
+
 template <typename scalar_t, typename index_t, int VEC, int EPG, bool REL>
-__global__ void __launch_bounds__(kThreads, REL ? 1 : 3) edge_dot_fwd_kernel(
+__global__ void __launch_bounds__(kThreads, kForwardBlocksPerSm<REL>) edge_dot_fwd_kernel(
     const scalar_t* __restrict__ x_src, int64_t src_row_stride, int64_t num_src,  // [N_src, D]
     const scalar_t* __restrict__ x_dst, int64_t dst_row_stride, int64_t num_dst,  // [N_dst, D]
     const scalar_t* __restrict__ rel, int64_t rel_row_stride, int64_t num_rel,    // [R, D]
@@ -185,17 +195,13 @@ __global__ void __launch_bounds__(kThreads, REL ? 1 : 3) edge_dot_fwd_kernel(
   }
 }
 
-// Edges whose row loads are in flight together per group. Measured on the H200 at W3/W4
-// (benchmarks/NOTES.md): 8 was no faster in fp32 and 1.8x slower in bf16 than 4.
-constexpr int kForwardEdgesInFlight = 4;
-
 // Edges per warp chunk. A chunk of 32 costs 32 / (32 / G * EPG) rounds of dependent row loads
 // per warp; when E / 32 warps would not fill the GPU's resident warps (E below ~100K on the
 // H200), the time is those rounds' latency, so the chunk shrinks (down to one round per
 // group: (32 / G) * EPG edges) until the warps fill it.
-int chunk_edges_for(int64_t num_edges, int group, int blocks_per_sm) {
+int chunk_edges_for(int64_t num_edges, int group, int blocks_per_sm, int edges_in_flight) {
   const int64_t resident_warps = num_sms() * blocks_per_sm * (kThreads / kWarp);
-  const int batch = std::min(kForwardEdgesInFlight, group);
+  const int batch = std::min(edges_in_flight, group);
   const int smallest = (kWarp / group) * batch;
   int chunk = kWarp;
   while (chunk > smallest && (num_edges + chunk - 1) / chunk < resident_warps) chunk /= 2;
@@ -210,10 +216,11 @@ void launch_forward(const at::Tensor& x_src, const at::Tensor& x_dst, const at::
                     unsigned long long* first_bad) {
   const int64_t num_edges = out.size(0), feat_dim = x_src.size(1);
   const int group = group_size_for(feat_dim, VEC);
-  const int chunk_edges = chunk_edges_for(num_edges, group, REL ? 1 : 3);
+  const int chunk_edges = chunk_edges_for(num_edges, group, kForwardBlocksPerSm<REL>,
+                                          kForwardEdgesInFlight<REL>);
   const int64_t grid = grid_for((num_edges + chunk_edges - 1) / chunk_edges);
   const auto stream = c10::cuda::getCurrentCUDAStream();
-  edge_dot_fwd_kernel<scalar_t, index_t, VEC, kForwardEdgesInFlight, REL>
+  edge_dot_fwd_kernel<scalar_t, index_t, VEC, kForwardEdgesInFlight<REL>, REL>
       <<<grid, kThreads, 0, stream>>>(
           x_src.const_data_ptr<scalar_t>(), x_src.stride(0), x_src.size(0),
           x_dst.const_data_ptr<scalar_t>(), x_dst.stride(0), x_dst.size(0),

@@ -52,7 +52,7 @@ using loss::Space;
 constexpr int kThreads = 256;
 constexpr int64_t kTermsPerThread = 4;                     // positives per thread, kernel 2
 constexpr int64_t kTile = kThreads * kTermsPerThread;      // positives per block, kernel 2
-constexpr int kScoreEdgesInFlight = 4;                     // as edge_dot's forward
+constexpr int kScoreEdgesInFlight = 4;  // edge_dot's forward takes 2 at 4 blocks per SM; not tried here
 
 inline int64_t grid_for_warps(int64_t num_warps_needed) {
   const int64_t warps_per_block = kThreads / kWarp;
