@@ -43,6 +43,22 @@ struct AdjIndex {
   int shift;
 };
 
+// Below this many keys adj stays in cache and plain binary searches serve; from it on, both
+// kernels index it.
+constexpr int64_t kAdjIndexMinKeys = 4096;
+
+// The shape of the index over num_adj keys: at most max_buckets buckets (each kernel picks
+// its density), covering every rank below num_ranks. Sets num_buckets and shift and leaves
+// bucket null for the caller to fill; false (index all zero) when adj is too short to index.
+inline bool plan_adj_index(int64_t num_adj, int64_t num_ranks, int64_t max_buckets,
+                           AdjIndex& index) {
+  index = AdjIndex{nullptr, 0, 0};
+  if (num_adj < kAdjIndexMinKeys) return false;
+  while ((num_ranks >> index.shift) > max_buckets) ++index.shift;
+  index.num_buckets = (num_ranks >> index.shift) + 1;
+  return true;
+}
+
 PYG_EDGEDOT_HD int64_t rank_to_key(const int64_t* adj, int64_t num_adj, const AdjIndex& index,
                                    int64_t rank) {
   if (rank < 0) return rank;  // every adj_i >= 0

@@ -252,14 +252,19 @@ def op_edge_dot(x_src: Tensor, x_dst: Tensor, src_index: Tensor, dst_index: Tens
     return out, first_bad
 
 
+def fallback_on_cuda(group: str) -> bool:
+    """Whether the pure-PyTorch fallback serves ``group``'s ops on CUDA tensors (no compiled
+    or Triton kernel there): it reads index checks back per chunk (host syncs), and its sums
+    follow torch's reductions and index_add_ (atomics)."""
+    from pyg_edgedot import _backend
+    return _backend.loaded().table[group, "cuda"].impl == "python"
+
+
 def scores_bitwise_alike(group: str, device: str) -> bool:
     """Whether ``group``'s ops score pairs bitwise alike across calls of different shapes and
     sum gradients in a fixed order on ``device``: true of the C++, CUDA and Triton kernels
-    and of the pure-PyTorch fallback on the CPU; not of the fallback on CUDA, whose sums
-    follow torch's reductions of each shape and whose scatter is index_add_ (atomics)."""
-    from pyg_edgedot import _backend
-    return not (device.startswith("cuda")
-                and _backend.loaded().table[group, "cuda"].impl == "python")
+    and of the pure-PyTorch fallback on the CPU; not of the fallback on CUDA."""
+    return not (device.startswith("cuda") and fallback_on_cuda(group))
 
 
 # ---- torch.library.opcheck and torch.compile ---------------------------------------------------

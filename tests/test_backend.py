@@ -11,7 +11,7 @@ from pyg_edgedot import _backend, _build, _checks
 from pyg_edgedot._config import Config
 from pyg_edgedot.ops import GROUPS
 
-from _helpers import HAS_CUDA, randn, random_edge_index, scores_bitwise_alike
+from _helpers import HAS_CUDA, fallback_on_cuda, randn, random_edge_index
 
 
 def test_every_group_has_its_schema_file_and_fallback():
@@ -165,7 +165,7 @@ def test_validation_on_meta_tensors_is_skipped():
 # The compiled kernels record the first bad index on the device; the pure-PyTorch fallback
 # reads it back once per chunk (a sync by design).
 needs_cuda_kernel = pytest.mark.skipif(
-    not HAS_CUDA or not scores_bitwise_alike("edge_dot", "cuda"),
+    not HAS_CUDA or fallback_on_cuda("edge_dot"),
     reason="needs CUDA and a compiled kernel for it (the fallback syncs per chunk)")
 
 

@@ -187,25 +187,19 @@ PYG_EDGEDOT_AVX2_TARGET at::opmath_type<scalar_t> forward_block_avx2(
 // The bucket index over adj (edge_dot_loss_common.h's AdjIndex) when adj is long enough that
 // binary searches would miss the cache: about two buckets per entry, built in one O(A) pass
 // per call (~2 ms at A = 1M). Shorter adj: plain binary searches (an empty vector).
-constexpr int64_t kIndexMinAdj = 4096;
-
 std::vector<int64_t> build_adj_index(const at::Tensor& adj, int64_t num_ranks,
                                      loss::AdjIndex& index) {
-  index = loss::AdjIndex{nullptr, 0, 0};
   const int64_t num_adj = adj.numel();
-  if (num_adj < kIndexMinAdj) return {};
-  int shift = 0;
-  while ((num_ranks >> shift) > 2 * num_adj) ++shift;
-  const int64_t num_buckets = (num_ranks >> shift) + 1;  // covers every rank below num_ranks
-  std::vector<int64_t> bucket(num_buckets + 1);
+  if (!loss::plan_adj_index(num_adj, num_ranks, 2 * num_adj, index)) return {};
+  std::vector<int64_t> bucket(index.num_buckets + 1);
   const int64_t* a = adj.const_data_ptr<int64_t>();
   int64_t i = 0;
-  for (int64_t b = 0; b <= num_buckets; ++b) {
-    const int64_t bound = b << shift;
+  for (int64_t b = 0; b <= index.num_buckets; ++b) {
+    const int64_t bound = b << index.shift;
     while (i < num_adj && a[i] < bound) ++i;
     bucket[b] = i;
   }
-  index = loss::AdjIndex{bucket.data(), num_buckets, shift};
+  index.bucket = bucket.data();
   return bucket;
 }
 

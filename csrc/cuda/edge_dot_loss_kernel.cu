@@ -250,28 +250,23 @@ __global__ void adj_index_kernel(const int64_t* __restrict__ adj, int64_t num_ad
   }
 }
 
-// The bucket index over adj (edge_dot_loss_common.h's AdjIndex) for adj as long as the CPU
-// kernels index: a rank then costs two dependent loads (its bucket, then a stretch of about
-// 4-8 keys) instead of a binary search's log2(A), whose last levels miss L2 at tens of
-// millions of keys. One bucket per 4-8 keys keeps it to 1-2 bytes per key, built per call.
-constexpr int64_t kIndexMinAdj = 4096;
-
+// The bucket index over adj (edge_dot_loss_common.h's AdjIndex), where the CPU kernels build
+// theirs: a rank then costs two dependent loads (its bucket, then a stretch of about 4-8
+// keys) instead of a binary search's log2(A), whose last levels miss L2 at tens of millions
+// of keys. One bucket per 4-8 keys keeps it to 1-2 bytes per key, built per call.
 at::Tensor build_adj_index(const at::Tensor& adj, int64_t num_ranks, loss::AdjIndex& index,
                            cudaStream_t stream) {
-  index = loss::AdjIndex{nullptr, 0, 0};
   const int64_t num_adj = adj.numel();
-  if (num_adj < kIndexMinAdj || num_ranks <= 0) return at::Tensor();
-  int shift = 0;
-  while ((num_ranks >> shift) > num_adj / 4) ++shift;
-  const int64_t num_buckets = (num_ranks >> shift) + 1;  // covers every rank below num_ranks
-  at::Tensor bucket = at::empty({num_buckets + 1}, adj.options());
-  const int64_t blocks = std::min<int64_t>((num_buckets + kThreads) / kThreads,
+  if (!loss::plan_adj_index(num_adj, num_ranks, num_adj / 4, index)) return at::Tensor();
+  const int64_t num_entries = index.num_buckets + 1;
+  at::Tensor bucket = at::empty({num_entries}, adj.options());
+  const int64_t blocks = std::min<int64_t>((num_entries + kThreads - 1) / kThreads,
                                            num_sms() * 32);
   adj_index_kernel<<<blocks, kThreads, 0, stream>>>(adj.const_data_ptr<int64_t>(), num_adj,
-                                                    shift, num_buckets + 1,
+                                                    index.shift, num_entries,
                                                     bucket.mutable_data_ptr<int64_t>());
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  index = loss::AdjIndex{bucket.const_data_ptr<int64_t>(), num_buckets, shift};
+  index.bucket = bucket.const_data_ptr<int64_t>();
   return bucket;
 }
 
