@@ -15,6 +15,10 @@ Every method is warmed up once, then the methods run in turn, --reps rounds (so 
 other work on the machine hits them alike); the tables give the median and the minimum
 (CUDA: events + synchronize). PyG's sampler, which takes seconds per call at 1M edges and
 more, runs fewer rounds there and no warm-up (it is NumPy on the CPU, nothing to warm).
+
+``--profile`` adds, per graph, a torch.profiler breakdown of one ``sample``, one
+``sample(replace=True)`` and one build: device time by kernel (CUDA) or self CPU time by op,
+and the CUDA runtime calls that wait for the device (synchronizes, device-to-host copies).
 """
 import argparse
 import json
@@ -101,6 +105,46 @@ def timed_in_turn(methods, reps, device):
     return {name: (times[name], last[name]) for name in methods}
 
 
+# CUDA runtime calls that block the host until the device catches up
+_WAITS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaMemcpy", "cudaEventSynchronize")
+
+
+def profile_once(fn, device, top=12):
+    """One call of fn under torch.profiler (after a warm-up): the rows that take the time
+    (device time by kernel on CUDA, self CPU time by op on the CPU) and the blocking calls."""
+    from torch.profiler import ProfilerActivity, profile
+    fn()
+    cuda = device.type == "cuda"
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    if cuda:
+        torch.cuda.synchronize()
+    with profile(activities=activities) as prof:
+        fn()
+        if cuda:
+            torch.cuda.synchronize()
+    events = prof.key_averages()
+    if cuda:
+        rows = [e for e in events if e.device_time_total > 0 and e.device_type.name == "CUDA"]
+        rows.sort(key=lambda e: -e.device_time_total)
+        timed = [{"name": e.key, "count": e.count, "us": e.device_time_total} for e in rows]
+    else:
+        rows = sorted(events, key=lambda e: -e.self_cpu_time_total)
+        timed = [{"name": e.key, "count": e.count, "us": e.self_cpu_time_total} for e in rows
+                 if e.self_cpu_time_total > 0]
+    waits = [{"name": e.key, "count": e.count, "us": e.cpu_time_total} for e in events
+             if e.key.startswith(_WAITS)]
+    return {"total_us": sum(r["us"] for r in timed), "launches": sum(r["count"] for r in timed),
+            "rows": timed[:top], "waits": waits}
+
+
+def print_profile(label, prof):
+    unit = "kernels" if prof["rows"] and prof["launches"] else "ops"
+    print(f"  profile of {label}: {prof['total_us']:,.0f} us in {prof['launches']} {unit}; "
+          + (", ".join(f"{w['name']} x{w['count']}" for w in prof["waits"]) or "no waits"))
+    for r in prof["rows"]:
+        print(f"    {r['us']:10.1f} us {r['count']:5d}x  {r['name'][:90]}")
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -110,6 +154,9 @@ def main():
     parser.add_argument("--threads", type=int, default=None,
                         help="torch.set_num_threads (CPU); default: torch's")
     parser.add_argument("--out", default=None)
+    parser.add_argument("--profile", action="store_true",
+                        help="print a torch.profiler breakdown of one sample, one "
+                             "sample(replace=True) and one build per graph")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -177,6 +224,13 @@ def main():
         row["build_vs_key_sort"] = row["ms"]["ours_sampler_build"] / row["ms"]["key_sort"]
         print(f"  the sampler's build / one sort of the edge keys = "
               f"{row['build_vs_key_sort']:.2f}x (target <= 1)")
+        if args.profile:
+            row["profile"] = {}
+            for label, fn in (("sample", lambda: sampler.sample(num)),
+                              ("sample_replace", lambda: sampler.sample(num, replace=True)),
+                              ("build", lambda: NegativeSampler(edge_index, num_nodes))):
+                row["profile"][label] = profile_once(fn, device)
+                print_profile(label, row["profile"][label])
     results["loadavg_end"] = list(os.getloadavg())
     print(f"\nloadavg at end: {results['loadavg_end']}")
     if args.out:

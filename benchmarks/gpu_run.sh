@@ -13,7 +13,6 @@
 #   fallback   the full suite with PYG_EDGEDOT_FORCE_FALLBACK=1 (pure PyTorch, no build)
 #   sanitizer  compute-sanitizer memcheck on benchmarks/oob_probe.py (bad indices): 0 errors
 #   bench      benchmarks/bench_edge_dot.py -> h200.{json,log,png} (README "Performance")
-#   host       the host-overhead table and W1, W2 alone -> h200_host.{json,log,png}
 #   hostw1     the host-overhead table alone (W1) -> h200_host_w1.{json,log,png}
 #   sampling   the sampler's CUDA tests first (the CUDA kernel's draws equal the C++ kernel's,
 #              bit for bit, and every guarantee on CUDA tensors) -> pytest_sampling.log, then
@@ -74,10 +73,6 @@ for step in "$@"; do
       # The host-overhead table at W1, then W1-W7 x {random, sorted} x every peer + the giant.
       python3 benchmarks/bench_edge_dot.py --out "$OUT/h200.json" --plot "$OUT/h200.png" \
         2>&1 | tee "$OUT/h200.log" | tail -60 ;;
-    host)
-      python3 benchmarks/bench_edge_dot.py --sections host,peers --workloads W1,W2 \
-        --skip-giant --out "$OUT/h200_host.json" --plot "$OUT/h200_host.png" 2>&1 \
-        | tee "$OUT/h200_host.log" | tail -40 ;;
     hostw1)
       python3 benchmarks/bench_edge_dot.py --sections host --out "$OUT/h200_host_w1.json" 2>&1 \
         | tee "$OUT/h200_host_w1.log" | tail -12 ;;
@@ -124,7 +119,7 @@ for step in "$@"; do
       torchrun --standalone --nproc_per_node 1 examples/ddp_link_pred.py --device cuda \
         --num-nodes 200000 --avg-degree 20 --neg-sampling uniform --epochs 3 --no-progress \
         --json "$OUT/ddp_nccl_1gpu_h200.json" 2>&1 | tail -6 ;;
-    *) echo "unknown step $step (steps: tests triton fallback sanitizer bench host hostw1 sampling loss beyond topk examples e2e ddp)"
+    *) echo "unknown step $step (steps: tests triton fallback sanitizer bench hostw1 sampling loss beyond topk examples e2e ddp)"
        exit 2 ;;
   esac
 done
