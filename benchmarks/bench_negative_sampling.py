@@ -133,13 +133,12 @@ def profile_once(fn, device, top=12):
                  if e.self_cpu_time_total > 0]
     waits = [{"name": e.key, "count": e.count, "us": e.cpu_time_total} for e in events
              if e.key.startswith(_WAITS)]
-    return {"total_us": sum(r["us"] for r in timed), "launches": sum(r["count"] for r in timed),
-            "rows": timed[:top], "waits": waits}
+    return {"unit": "kernels" if cuda else "ops", "total_us": sum(r["us"] for r in timed),
+            "calls": sum(r["count"] for r in timed), "rows": timed[:top], "waits": waits}
 
 
 def print_profile(label, prof):
-    unit = "kernels" if prof["rows"] and prof["launches"] else "ops"
-    print(f"  profile of {label}: {prof['total_us']:,.0f} us in {prof['launches']} {unit}; "
+    print(f"  profile of {label}: {prof['total_us']:,.0f} us in {prof['calls']} {prof['unit']}; "
           + (", ".join(f"{w['name']} x{w['count']}" for w in prof["waits"]) or "no waits"))
     for r in prof["rows"]:
         print(f"    {r['us']:10.1f} us {r['count']:5d}x  {r['name'][:90]}")
