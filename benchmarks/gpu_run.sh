@@ -18,7 +18,8 @@
 #              bit for bit, and every guarantee on CUDA tensors) -> pytest_sampling.log, then
 #              benchmarks/bench_negative_sampling.py (SAMPLING_GRAPHS, default all three;
 #              "backend" in its output must say cuda) -> h200_negative_sampling.{json,log};
-#              SAMPLING_TESTS=0 skips the tests (after a full-suite run)
+#              SAMPLING_TESTS=0 skips the tests (after a full-suite run); SAMPLING_ARGS adds
+#              arguments (e.g. --profile: device time by kernel of one sample and one build)
 #   loss       benchmarks/bench_edge_dot_loss.py at W3 (2.93M nodes, E = 30M, D = 128, K = 1)
 #              -> h200_edge_dot_loss.{json,log}
 #   beyond     benchmarks/bench_beyond.py -> h200_beyond.{json,log} (README "Beyond the peers")
@@ -82,7 +83,7 @@ for step in "$@"; do
           | tail -8
       fi
       python3 benchmarks/bench_negative_sampling.py --device cuda \
-        --graphs "${SAMPLING_GRAPHS:-cora,100k_2m,1m_20m}" \
+        --graphs "${SAMPLING_GRAPHS:-cora,100k_2m,1m_20m}" ${SAMPLING_ARGS:-} \
         --out "$OUT/h200_negative_sampling.json" 2>&1 | tee "$OUT/h200_negative_sampling.log" \
         | tail -30 ;;
     loss)
