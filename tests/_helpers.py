@@ -260,6 +260,13 @@ def fallback_on_cuda(group: str) -> bool:
     return _backend.loaded().table[group, "cuda"].impl == "python"
 
 
+def cuda_kernel_on_cuda(group: str) -> bool:
+    """Whether ``group``'s compiled CUDA kernels (``csrc/cuda/``) serve its ops on CUDA tensors
+    (not the Triton kernels or the fallback)."""
+    from pyg_edgedot import _backend
+    return _backend.loaded().table[group, "cuda"].impl == "cuda"
+
+
 def scores_bitwise_alike(group: str, device: str) -> bool:
     """Whether ``group``'s ops score pairs bitwise alike across calls of different shapes and
     sum gradients in a fixed order on ``device``: true of the C++, CUDA and Triton kernels

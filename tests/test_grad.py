@@ -5,9 +5,10 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch_geometric import EdgeIndex
 
 from pyg_edgedot import edge_dot
-from _helpers import (DEVICES, EI_LAYOUTS, FLOAT_DTYPES, INDEX_DTYPES, SHAPE_IDS, SHAPES, TOL,
-                      X_LAYOUTS, assert_close, dtype_id, leaf, make_edge_index, make_x, randn,
-                      random_edge_index, ref_base_grad, ref_edge_dot, ref_grads, run_backward,
+from _helpers import (DEVICES, EI_LAYOUTS, FLOAT_DTYPES, HAS_CUDA, INDEX_DTYPES, SHAPE_IDS,
+                      SHAPES, TOL, X_LAYOUTS, _f64, assert_close, cuda_kernel_on_cuda, dtype_id,
+                      leaf, make_edge_index, make_x, randint, randn, random_edge_index,
+                      ref_base_grad, ref_edge_dot, ref_grads, run_backward,
                       scores_bitwise_alike)
 
 
@@ -249,3 +250,126 @@ def test_backward_bitwise_deterministic(dtype, device, gen):
 def test_backward_bitwise_deterministic_flag(dtype, device, gen, deterministic_algorithms):
     assert torch.are_deterministic_algorithms_enabled()
     _check_deterministic(gen, dtype, device)
+
+
+# ---- the CUDA backward's small-E path against its sorted path ---------------------------------
+
+# csrc/cuda/edge_dot_kernel.cu takes the small-E kernels (no sort) for at most 2**16 edges onto
+# at most 8192 rows, with D within one pass of a warp's lanes (D <= 32 in every dtype), and
+# CUB's radix sort otherwise. An edge whose scatter index is out of range adds nothing, so the
+# same problem padded past 2**16 edges with such edges is summed by the sorted path: the two
+# must write the same bits (each row in increasing edge order, a row longer than a piece of
+# 2,048 edges in pieces, as the kernel file says).
+SMALL_MAX_EDGES = 1 << 16
+
+
+def _needs_cuda_kernels(group: str) -> None:
+    if not HAS_CUDA:
+        pytest.skip("CUDA is not available")
+    if not cuda_kernel_on_cuda(group):
+        pytest.skip(f"the compiled CUDA kernels do not serve {group} here")
+
+
+def _small_grad_problem(gen, graph, dtype, index_dtype, feat_dim, triple, device="cuda"):
+    """grad_out, the gathered factors and the [scatter, gather(, other)] index columns (stride
+    2 or 3: one [E, k] tensor), num_rows, for the grad ops' small-E path."""
+    if graph == "random":  # rows 300..399 get no edge; short and ~33-edge rows
+        num_rows, num_edges, scatter = 400, 5000, randint(gen, 300, 5000)
+    elif graph == "hub":  # row 0 past a piece (2,048), rows of ~220 edges, empty rows 50..59
+        num_rows, num_edges = 60, 20_000
+        scatter = randint(gen, 50, num_edges)
+        scatter[torch.randperm(num_edges, generator=gen)[:9000]] = 0
+    else:  # "one_row": every edge on row 1 of 5 (ten pieces), rows 0, 2, 3, 4 empty
+        num_rows, num_edges = 5, 20_000
+        scatter = torch.ones(num_edges, dtype=torch.int64)
+    num_gather, num_other = 70, 9
+    gather = randint(gen, num_gather, num_edges)
+    other = randint(gen, num_other, num_edges)
+    # Indices out of range: no row (scatter), or in a row but adding nothing (gather, other).
+    scatter[3], scatter[11], gather[5], gather[9], other[13] = num_rows, -2, num_gather, -1, -1
+    columns = [scatter, gather] + ([other] if triple else [])
+    index = torch.stack(columns, dim=1).to(index_dtype).to(device)  # [E, k]: column strides k
+    x_gather = randn(gen, num_gather, feat_dim, dtype=dtype, device=device)
+    x_other = randn(gen, num_other, feat_dim, dtype=dtype, device=device)
+    grad_out = randn(gen, num_edges, dtype=dtype, device=device)
+    return grad_out, x_gather, x_other, [index[:, i] for i in range(index.shape[1])], num_rows
+
+
+def _grad_op(triple, grad_out, x_gather, x_other, index, num_rows):
+    if triple:
+        scatter, gather, other = index
+        return torch.ops.pyg_edgedot.edge_dot_rel_grad(grad_out, x_other, x_gather, scatter,
+                                                       other, gather, num_rows)
+    scatter, gather = index
+    return torch.ops.pyg_edgedot.edge_dot_grad(grad_out, x_gather, scatter, gather, num_rows)
+
+
+def _padded_past_small(grad_out, index, num_rows):
+    """The same sums with E = 2**16 + 1: the extra edges' scatter index is num_rows."""
+    pad = SMALL_MAX_EDGES + 1 - grad_out.shape[0]
+    grad_out = torch.cat([grad_out, grad_out.new_ones(pad)])
+    fills = [num_rows] + [0] * (len(index) - 1)
+    index = [torch.cat([i, i.new_full((pad,), f)]) for i, f in zip(index, fills)]
+    return grad_out, index
+
+
+def _ref_small_grad(triple, grad_out, x_gather, x_other, index, num_rows):
+    cols = [i.cpu().long() for i in index]
+    ok = (cols[0] >= 0) & (cols[0] < num_rows) & (cols[1] >= 0) & (cols[1] < x_gather.shape[0])
+    if triple:
+        ok &= (cols[2] >= 0) & (cols[2] < x_other.shape[0])
+    cols = [c[ok] for c in cols]
+    term = _f64(grad_out)[ok][:, None] * _f64(x_gather)[cols[1]]
+    if triple:
+        term = term * _f64(x_other)[cols[2]]
+    return torch.zeros(num_rows, x_gather.shape[1], dtype=torch.float64).index_add_(0, cols[0],
+                                                                                   term)
+
+
+@pytest.mark.parametrize("triple", [False, True], ids=["edge_dot_grad", "edge_dot_rel_grad"])
+@pytest.mark.parametrize("index_dtype", INDEX_DTYPES, ids=dtype_id)
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=dtype_id)
+@pytest.mark.parametrize("feat_dim", [7, 32])
+@pytest.mark.parametrize("graph", ["random", "hub", "one_row"])
+def test_cuda_small_backward_matches_sorted_bitwise(graph, feat_dim, dtype, index_dtype, triple,
+                                                    gen):
+    _needs_cuda_kernels("edge_dot_rel" if triple else "edge_dot")
+    grad_out, x_gather, x_other, index, num_rows = _small_grad_problem(
+        gen, graph, dtype, index_dtype, feat_dim, triple)
+    small = _grad_op(triple, grad_out, x_gather, x_other, index, num_rows)
+    assert small.shape == (num_rows, feat_dim) and small.dtype == dtype
+    assert_close(small, _ref_small_grad(triple, grad_out, x_gather, x_other, index, num_rows),
+                 dtype, "small-E gradient")
+    for _ in range(2):
+        assert torch.equal(_grad_op(triple, grad_out, x_gather, x_other, index, num_rows), small)
+    padded_grad, padded_index = _padded_past_small(grad_out, index, num_rows)
+    sorted_path = _grad_op(triple, padded_grad, x_gather, x_other, padded_index, num_rows)
+    mismatch = (small != sorted_path).any(dim=1).nonzero().flatten().tolist()
+    assert not mismatch, f"rows {mismatch[:10]} differ from the sorted path's bits"
+
+
+def _cuda_kernels_of(call) -> list:
+    from torch.profiler import ProfilerActivity, profile
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        call()
+        torch.cuda.synchronize()
+    return [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+
+
+def test_cuda_small_backward_path_and_launches(gen):
+    # The premise of the test above (which path each call takes), and the small-E path's two
+    # launches per gradient: the plan kernel and the summing kernel.
+    _needs_cuda_kernels("edge_dot")
+    grad_out, x_gather, x_other, index, num_rows = _small_grad_problem(
+        gen, "hub", torch.float32, torch.int64, 32, False)
+    _grad_op(False, grad_out, x_gather, x_other, index, num_rows)  # warm-up
+    small = _cuda_kernels_of(lambda: _grad_op(False, grad_out, x_gather, x_other, index,
+                                              num_rows))
+    if not small:
+        pytest.skip("the profiler recorded no CUDA activity here")
+    assert len(small) == 2 and all("edge_dot_grad_small" in name for name in small), small
+    padded_grad, padded_index = _padded_past_small(grad_out, index, num_rows)
+    sorted_path = _cuda_kernels_of(lambda: _grad_op(False, padded_grad, x_gather, x_other,
+                                                    padded_index, num_rows))
+    assert not any("edge_dot_grad_small" in name for name in sorted_path), sorted_path

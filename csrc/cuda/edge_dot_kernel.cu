@@ -18,8 +18,9 @@
 // writing each row once, in the output dtype (rows past a length limit are summed in pieces
 // by other kernels). No atomics, so the result is bitwise deterministic; traffic: E * D
 // gathered elements + N * D written + the sort of (key, gather index, gradient). Small E
-// (at most 2^16 edges and rows * E <= 2^25) skips the sort: a warp per (row, segment of the
-// edges) scans the scatter indices in order, one or two launches per side instead of ~11.
+// (at most 2^16 edges onto at most 8192 rows) skips the sort: one block groups the edge ids
+// by row (count, scan, fill), then a warp per row orders its ids and sums them, the same bits
+// as the sorted path in two launches per side instead of ~11.
 #include <ATen/ATen.h>
 #include <ATen/OpMathType.h>
 #include <c10/cuda/CUDAException.h>
@@ -586,6 +587,23 @@ __global__ void __launch_bounds__(kThreads) edge_dot_grad_pieces_kernel(
   }
 }
 
+// acc = the partial sums of pieces [first, last) at columns [k, k + VEC), added in piece order
+// from zero: a long row's gradient, as the finishing kernel and the small-E kernel write it.
+// The loads go through L2 (__ldcg), where the small-E kernel finds the partials that other
+// blocks of the same launch stored.
+template <int VEC, typename acc_t>
+__device__ __forceinline__ void sum_pieces(const acc_t* __restrict__ partial, int64_t first,
+                                           int64_t last, int64_t feat_dim, int64_t k,
+                                           acc_t (&acc)[VEC]) {
+#pragma unroll
+  for (int i = 0; i < VEC; ++i) acc[i] = acc_t(0);
+#pragma unroll 4
+  for (int64_t p = first; p < last; ++p) {
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) acc[i] += __ldcg(partial + p * feat_dim + k + i);
+  }
+}
+
 // One group per long row: its pieces' partial sums, added in piece order, written once.
 template <typename scalar_t, typename key_t, int VEC>
 __global__ void __launch_bounds__(kThreads) edge_dot_grad_finish_kernel(
@@ -604,15 +622,7 @@ __global__ void __launch_bounds__(kThreads) edge_dot_grad_finish_kernel(
     for (int64_t k = static_cast<int64_t>(lane) * VEC; k < feat_dim;
          k += static_cast<int64_t>(group_size) * VEC) {
       acc_t acc[VEC];
-#pragma unroll
-      for (int i = 0; i < VEC; ++i) acc[i] = acc_t(0);
-#pragma unroll 4
-      for (int64_t p = first; p < last; ++p) {
-        acc_t part[VEC];
-        load_vec<VEC>(partial + p * feat_dim + k, part);
-#pragma unroll
-        for (int i = 0; i < VEC; ++i) acc[i] += part[i];
-      }
+      sum_pieces<VEC>(partial, first, last, feat_dim, k, acc);
       store_vec<VEC>(out + row * feat_dim + k, acc);
     }
   }
@@ -631,6 +641,13 @@ inline int sort_end_bit(int64_t max_key) {
 inline int64_t piece_edges_for(int64_t num_edges) {
   int64_t root = static_cast<int64_t>(std::sqrt(static_cast<double>(num_edges)));
   return std::max<int64_t>(2048, root);
+}
+
+// An upper bound on the pieces of all long rows (0: no row can be long). Each long row has
+// more than piece_edges edges and ceil(degree / piece_edges) < 2 * degree / piece_edges
+// pieces, so there are fewer than 2 * E / piece_edges in all.
+inline int64_t max_pieces_for(int64_t num_edges, int64_t piece_edges) {
+  return num_edges > piece_edges ? 2 * num_edges / piece_edges + 1 : 0;
 }
 
 // Keys are the output rows: 32-bit (int) or 64-bit (long) tensors on the device of `like`.
@@ -719,9 +736,7 @@ GradPlan plan_grad(int64_t num_edges, int64_t num_rows, int64_t feat_dim, int ve
   plan.group = group_size_for(feat_dim, vec);
   plan.rows_per_warp = kWarp / plan.group;
   plan.piece_edges = piece_edges_for(num_edges);
-  // Each long row has more than piece_edges edges and ceil(degree / piece_edges) pieces, so
-  // there are at most 2 * E / piece_edges pieces in all.
-  plan.max_pieces = num_edges > plan.piece_edges ? 2 * num_edges / plan.piece_edges + 1 : 0;
+  plan.max_pieces = max_pieces_for(num_edges, plan.piece_edges);
   // Rows per stretch of the walking kernel: about 256 edges at the mean degree, fewer when
   // that would leave resident groups idle (a stretch's walk is serial: at E = 16K, 256-edge
   // stretches made the walk 55 us of latency). Each row is summed alone, in sorted order, so
@@ -786,106 +801,235 @@ void launch_long_rows(const SortedEdges<key_t, Payload>& sorted, const GatherRow
 // ---------------------------------------------------------------------------------------
 
 // At small E (the seed's W1: 16K edges onto 1K rows) the sorted path's ~11 launches per side
-// (sort input, radix passes, row pointer, walk, long rows) cost more host time than the work.
-// Instead each warp owns one output row and one segment of the edges, and scans the
-// segment's scatter indices in order, 32 at a time: the edges that land on its row are queued
-// in edge order (a per-warp ring in shared memory: gather row, other row, weight) and added
-// kSmallEdgesInFlight<TRIPLE> at a time, their rows in flight together. The warp writes its
-// row's sum over the segment (straight to the output when there is one segment), and a second
-// kernel adds a row's segments in order. Every sum runs over ascending edges from zero and the
-// segments are added in order, and the segments are a function of E and the row count only:
-// the same bits on every run and every GPU. A hub row's edges are spread over the segments,
-// so no warp adds more than one segment's edges.
+// (sort input, radix passes, row pointer, walk, long rows) cost more than the work. Here a
+// side takes two launches and O(E + rows) work, no atomics on the sums:
+// 1. plan, one block of 1024 threads: the rows' degrees by shared-memory atomics (a count
+//    does not depend on the order of the atomics), an exclusive scan of them into the row
+//    pointer, and a second pass that drops each edge id into its row's slots through a shared
+//    cursor. One block needs no zeroed global counters (no memset launch) and no grid-wide
+//    sync between count, scan and fill; at E <= 2^16 each pass is at most 64 index loads per
+//    thread, 8 in flight, and the second pass finds them in L1. The degree table is in
+//    shared memory, hence rows <= 8192 (32 KB).
+// 2. sum, a warp per row and one per piece of a long row (below). The cursor leaves a row's
+//    ids in arbitrary order, so the warp orders them first: a row of at most 32 edges by a
+//    bitonic sort across the lanes (one id each), a longer one through a bitmap of [0, E) in
+//    shared memory with a prefix count per word, from which each lane finds the edge of a
+//    given rank by binary search: O(degree + E / 32) per warp, never quadratic in the degree.
+//    Then the warp adds the edges in increasing id order, 32 at a time (lane l loads edge
+//    l's weight and indices, the warp takes them by shuffle, kWalkEdgesInFlight rows in
+//    flight through add_edges) and writes the row.
+// The sums are the sorted path's, bit for bit: CUB's radix sort is stable, so that path too
+// adds a row's edges in increasing id order from zero with add_edge, and a row of more than
+// piece_edges_for(E) edges is summed there in pieces of that many edges (in order), each
+// from zero, and the pieces added in order from zero (sum_pieces). Here each piece of such a
+// row has its own warp, which stores its partial sum, and the warp that finishes a row's last
+// piece (an atomic ticket per row: who adds, not what is added) adds the pieces with the same
+// sum_pieces; a hub row is thus spread over warps as in the sorted path. So the gradient does
+// not depend on which path E and the row count select, and is the same on every run.
+// Edges whose scatter index is out of range are in no row; those with a gather (or other)
+// index out of range are ordered with their row but add nothing, as in the sorted path.
 constexpr int64_t kSmallMaxEdges = int64_t{1} << 16;
-constexpr int64_t kSmallMaxScan = int64_t{1} << 25;     // rows * E: every warp's scan in all
-constexpr int64_t kSmallTargetWarps = 8192;             // about an H200's resident warps
-constexpr int64_t kSmallMinSegment = 256;
-constexpr int kSmallRing = 64;                          // > kSmallEdgesInFlight + 32
-template <bool TRIPLE>
-constexpr int kSmallEdgesInFlight = TRIPLE ? 4 : 8;
+constexpr int64_t kSmallMaxRows = 8192;
+constexpr int kSmallPlanThreads = 1024;
+constexpr int kSmallPlanBatch = 8;  // index loads in flight per thread of the plan kernel
+// Sum kernel: 4 warps per block, each with E bits and E / 32 16-bit prefix counts of shared
+// memory: 48 KB at E = 2^16, what a block gets without opting in to more.
+constexpr int kSmallThreads = 128;
 
-struct SmallGradPlan {
-  int64_t segment_edges, num_segments;
+// Whether the small-E backward takes this gradient: E and the rows within the plan kernel's
+// one block (and the bitmaps' shared memory), and one lane's VEC columns covering a row.
+bool small_grad_fits(int64_t num_edges, int64_t num_rows, int64_t feat_dim, int vec) {
+  return num_edges <= kSmallMaxEdges && num_rows <= kSmallMaxRows &&
+         feat_dim <= int64_t{kWarp} * vec;
+}
+
+// What the plan kernel leaves for the sum kernel, in one int32 tensor.
+struct SmallGradLists {
+  int32_t* rowptr;       // [num_rows + 1]: row r's edges are edges[rowptr[r], rowptr[r + 1])
+  int32_t* edges;        // [E]: edge ids grouped by row, in no particular order within a row
+  int32_t* piece_row;    // [max_pieces]: the long row that piece j belongs to, or -1
+  int32_t* piece_first;  // [max_pieces]: that row's first piece
+  int32_t* tickets;      // [max_pieces], at a row's first piece: its pieces finished so far
 };
 
-// Whether the small-E backward takes this gradient (one lane's VEC columns cover a row).
-bool small_grad_fits(int64_t num_edges, int64_t num_rows, int64_t feat_dim, int vec,
-                     int64_t num_gather, int64_t num_other) {
-  const int64_t int32_max = std::numeric_limits<int32_t>::max();
-  return num_edges <= kSmallMaxEdges && num_rows <= kSmallMaxScan / num_edges &&
-         feat_dim <= int64_t{kWarp} * vec && num_gather < int32_max && num_other < int32_max;
+// f(edge, row) for every edge of the plan kernel's thread whose scatter index is a row in
+// [0, num_rows), kSmallPlanBatch index loads in flight.
+template <typename index_t, typename F>
+__device__ __forceinline__ void for_each_scattered_edge(const index_t* __restrict__ scatter_index,
+                                                        int64_t scatter_stride,
+                                                        int64_t num_edges, int64_t num_rows,
+                                                        F&& f) {
+  for (int64_t base = threadIdx.x; base < num_edges;
+       base += int64_t{kSmallPlanBatch} * kSmallPlanThreads) {
+    int64_t row[kSmallPlanBatch];
+#pragma unroll
+    for (int j = 0; j < kSmallPlanBatch; ++j) {
+      const int64_t e = base + int64_t{j} * kSmallPlanThreads;
+      row[j] = e < num_edges ? static_cast<int64_t>(scatter_index[e * scatter_stride]) : -1;
+    }
+#pragma unroll
+    for (int j = 0; j < kSmallPlanBatch; ++j) {
+      if (row[j] >= 0 && row[j] < num_rows) {
+        f(static_cast<int32_t>(base + int64_t{j} * kSmallPlanThreads),
+          static_cast<int32_t>(row[j]));
+      }
+    }
+  }
 }
 
-SmallGradPlan plan_small_grad(int64_t num_edges, int64_t num_rows) {
-  const int64_t most = std::max<int64_t>(1, num_edges / kSmallMinSegment);
-  const int64_t wanted = (kSmallTargetWarps + num_rows - 1) / num_rows;
-  const int64_t segments = std::clamp<int64_t>(wanted, 1, most);
-  const int64_t per_segment = ((num_edges + segments - 1) / segments + kWarp - 1) / kWarp * kWarp;
-  return {per_segment, (num_edges + per_segment - 1) / per_segment};
+// One block: degrees, row pointer, the long rows' pieces, and the edges grouped by row.
+template <typename index_t>
+__global__ void __launch_bounds__(kSmallPlanThreads) edge_dot_grad_small_plan_kernel(
+    const index_t* __restrict__ scatter_index, int64_t scatter_stride,  // [E]
+    int64_t num_edges, int64_t num_rows, int64_t piece_edges, int64_t max_pieces,
+    const SmallGradLists lists) {
+  using BlockScan = cub::BlockScan<int32_t, kSmallPlanThreads>;
+  constexpr int kRowsPerThread = kSmallMaxRows / kSmallPlanThreads;
+  __shared__ typename BlockScan::TempStorage scan_storage;
+  extern __shared__ int32_t small_plan_rows[];  // [num_rows]: degrees, then fill cursors
+  const int t = threadIdx.x;
+  for (int64_t r = t; r < num_rows; r += kSmallPlanThreads) small_plan_rows[r] = 0;
+  for (int64_t j = t; j < max_pieces; j += kSmallPlanThreads) {
+    lists.piece_row[j] = -1;
+    lists.tickets[j] = 0;
+  }
+  __syncthreads();
+  for_each_scattered_edge(scatter_index, scatter_stride, num_edges, num_rows,
+                          [&](int32_t, int32_t row) { atomicAdd(&small_plan_rows[row], 1); });
+  __syncthreads();
+  // Thread t owns the rows [t * per, (t + 1) * per): their edges and pieces, scanned.
+  const int per = static_cast<int>((num_rows + kSmallPlanThreads - 1) / kSmallPlanThreads);
+  const int64_t first_row = static_cast<int64_t>(t) * per;
+  int32_t degree[kRowsPerThread];
+  int32_t edges = 0, pieces = 0;
+#pragma unroll
+  for (int i = 0; i < kRowsPerThread; ++i) {
+    const int64_t r = first_row + i;
+    degree[i] = i < per && r < num_rows ? small_plan_rows[r] : 0;
+    edges += degree[i];
+    if (degree[i] > piece_edges) {
+      pieces += static_cast<int32_t>((degree[i] + piece_edges - 1) / piece_edges);
+    }
+  }
+  int32_t edge_start = 0, piece_start = 0;
+  BlockScan(scan_storage).ExclusiveSum(edges, edge_start);
+  __syncthreads();  // scan_storage is used again
+  BlockScan(scan_storage).ExclusiveSum(pieces, piece_start);
+#pragma unroll
+  for (int i = 0; i < kRowsPerThread; ++i) {
+    const int64_t r = first_row + i;
+    if (i < per && r < num_rows) {
+      lists.rowptr[r] = edge_start;
+      small_plan_rows[r] = edge_start;  // the row's fill cursor
+      if (degree[i] > piece_edges) {
+        const int32_t n = static_cast<int32_t>((degree[i] + piece_edges - 1) / piece_edges);
+        for (int32_t q = 0; q < n && piece_start + q < max_pieces; ++q) {
+          lists.piece_row[piece_start + q] = static_cast<int32_t>(r);
+          lists.piece_first[piece_start + q] = piece_start;
+        }
+        piece_start += n;
+      }
+      edge_start += degree[i];
+    }
+  }
+  if (t == kSmallPlanThreads - 1) lists.rowptr[num_rows] = edge_start;  // the valid edges
+  __syncthreads();
+  for_each_scattered_edge(scatter_index, scatter_stride, num_edges, num_rows,
+                          [&](int32_t e, int32_t row) {
+                            lists.edges[atomicAdd(&small_plan_rows[row], 1)] = e;
+                          });
 }
 
+// v, sorted ascending across the warp's lanes (lane 0 the smallest): a bitonic network.
+__device__ __forceinline__ int32_t warp_sort(int32_t v, int lane) {
+#pragma unroll
+  for (int size = 2; size <= kWarp; size *= 2) {
+#pragma unroll
+    for (int stride = size / 2; stride > 0; stride /= 2) {
+      const int32_t other = __shfl_xor_sync(0xffffffffu, v, stride);
+      const bool keep_min = ((lane & stride) == 0) == ((lane & size) == 0);
+      v = keep_min ? min(v, other) : max(v, other);
+    }
+  }
+  return v;
+}
+
+__device__ __forceinline__ int warp_inclusive_sum(int v, int lane) {
+#pragma unroll
+  for (int offset = 1; offset < kWarp; offset *= 2) {
+    const int up = __shfl_up_sync(0xffffffffu, v, offset);
+    if (lane >= offset) v += up;
+  }
+  return v;
+}
+
+// The position of the n-th (from 0) set bit of word, which has more than n set bits.
+__device__ __forceinline__ int nth_set_bit(uint32_t word, int n) {
+  int pos = 0;
+#pragma unroll
+  for (int width = 16; width > 0; width /= 2) {
+    const int low = __popc(word & ((1u << width) - 1u));
+    if (n >= low) {
+      n -= low;
+      word >>= width;
+      pos += width;
+    }
+  }
+  return pos;
+}
+
+// One edge as a lane holds it for the warp's sum: gather -1 when an index is out of range.
 template <typename acc_t>
-struct QueuedEdge {
-  int32_t gather;  // -1: an index out of range, which adds nothing
-  int32_t other;
+struct SmallEdge {
   acc_t weight;
+  int64_t gather, other;
 };
 
+// A warp per item: items [0, num_rows) are the rows (a long row's item returns at once),
+// items num_rows + j the pieces j of the long rows.
 template <typename scalar_t, typename index_t, int VEC, bool TRIPLE>
-__global__ void __launch_bounds__(kThreads) edge_dot_grad_small_kernel(
+__global__ void __launch_bounds__(kSmallThreads) edge_dot_grad_small_kernel(
     const scalar_t* __restrict__ grad_out,                                                // [E]
-    const index_t* __restrict__ scatter_index, int64_t scatter_stride,                    // [E]
     const index_t* __restrict__ gather_index, int64_t gather_stride, int64_t num_gather,  // [E]
     const index_t* __restrict__ other_index, int64_t other_stride, int64_t num_other,     // [E]
-    const GatherRows<scalar_t> in, int64_t num_edges, int64_t num_rows, int64_t feat_dim,
-    SmallGradPlan plan,
-    scalar_t* __restrict__ out,                           // [num_rows, D]: one segment
-    at::opmath_type<scalar_t>* __restrict__ partial) {    // [segments, num_rows, D]: more
+    const GatherRows<scalar_t> in, const SmallGradLists lists, int64_t num_edges,
+    int64_t num_rows, int64_t feat_dim, int64_t piece_edges, int64_t max_pieces,
+    scalar_t* __restrict__ out,                           // [num_rows, D]
+    at::opmath_type<scalar_t>* __restrict__ partial) {    // [max_pieces, D]
   using acc_t = at::opmath_type<scalar_t>;
-  constexpr int EPG = kSmallEdgesInFlight<TRIPLE>;
-  __shared__ QueuedEdge<acc_t> rings[kThreads / kWarp][kSmallRing];
-  const int64_t warp = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
-  if (warp >= num_rows * plan.num_segments) return;  // the whole warp
-  QueuedEdge<acc_t>* ring = rings[threadIdx.x / kWarp];
+  using Edge = SmallEdge<acc_t>;
+  constexpr int EPG = kWalkEdgesInFlight<TRIPLE>;
+  constexpr unsigned kFull = 0xffffffffu;
+  extern __shared__ __align__(16) unsigned char small_grad_bytes[];
+  const int64_t item = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
   const int lane = threadIdx.x % kWarp;
-  const int64_t segment = warp / num_rows, row = warp - segment * num_rows;
-  const int64_t begin = segment * plan.segment_edges;
-  const int64_t end =
-      begin + plan.segment_edges < num_edges ? begin + plan.segment_edges : num_edges;
+  int64_t row = item, piece = -1;
+  if (item >= num_rows) {
+    piece = item - num_rows;
+    if (piece >= max_pieces) return;  // the whole warp
+    row = lists.piece_row[piece];
+    if (row < 0) return;
+  }
+  const int begin = lists.rowptr[row];
+  const int degree = lists.rowptr[row + 1] - begin;
+  const bool long_row = degree > piece_edges;
+  if (piece < 0 && long_row) return;  // its pieces' warps sum it
+  int first_piece = 0, num_pieces = 0, lo = 0, hi = degree;  // ranks [lo, hi) of the row
+  if (long_row) {
+    first_piece = lists.piece_first[piece];
+    num_pieces = static_cast<int>((degree + piece_edges - 1) / piece_edges);
+    lo = static_cast<int>((piece - first_piece) * piece_edges);
+    hi = lo + piece_edges < degree ? static_cast<int>(lo + piece_edges) : degree;
+  }
   const int64_t k = static_cast<int64_t>(lane) * VEC;
   const bool active = k < feat_dim;
   acc_t acc[VEC];
 #pragma unroll
   for (int i = 0; i < VEC; ++i) acc[i] = acc_t(0);
-  int head = 0, tail = 0;  // queued edges: ring[head % kSmallRing .. tail % kSmallRing)
-  // Adds the next n queued edges, in order.
-  auto add_queued = [&](int n) {
-#pragma unroll 1
-    for (int j0 = 0; j0 < n; j0 += EPG) {
-      acc_t weight[EPG];
-      int64_t gather[EPG], other[EPG];
-      bool use[EPG];
-#pragma unroll
-      for (int j = 0; j < EPG; ++j) {
-        const QueuedEdge<acc_t> edge = ring[(head + j0 + j) % kSmallRing];
-        use[j] = active && j0 + j < n && edge.gather >= 0;
-        weight[j] = edge.weight;
-        gather[j] = edge.gather;
-        other[j] = edge.other;
-      }
-      add_edges<EPG, TRIPLE>(acc, in, k, use, weight, gather, other);
-    }
-    head += n;
-  };
-#pragma unroll 1
-  for (int64_t chunk = begin; chunk < end; chunk += kWarp) {
-    const int64_t e = chunk + lane;
-    const bool match =
-        e < end && static_cast<int64_t>(scatter_index[e * scatter_stride]) == row;
-    const unsigned mask = __ballot_sync(0xffffffffu, match);
-    if (mask == 0) continue;
-    __syncwarp();  // the ring slots written below were read by add_queued before
-    if (match) {
+
+  auto load_edge = [&](int32_t e, bool has) {
+    Edge edge{acc_t(0), -1, 0};
+    if (has) {
       const int64_t g = static_cast<int64_t>(gather_index[e * gather_stride]);
       bool ok = g >= 0 && g < num_gather;
       int64_t o = 0;
@@ -893,37 +1037,93 @@ __global__ void __launch_bounds__(kThreads) edge_dot_grad_small_kernel(
         o = static_cast<int64_t>(other_index[e * other_stride]);
         ok = ok && o >= 0 && o < num_other;
       }
-      const int rank = __popc(mask & ((1u << lane) - 1u));
-      ring[(tail + rank) % kSmallRing] = QueuedEdge<acc_t>{
-          static_cast<int32_t>(ok ? g : -1), static_cast<int32_t>(ok ? o : 0),
-          static_cast<acc_t>(grad_out[e])};
+      edge = Edge{static_cast<acc_t>(grad_out[e]), ok ? g : -1, ok ? o : 0};
+    }
+    return edge;
+  };
+  // Adds the edges of lanes [0, n), in lane order (n is warp-uniform).
+  auto add_lane_edges = [&](const Edge& mine, int n) {
+#pragma unroll 1
+    for (int j0 = 0; j0 < n; j0 += EPG) {
+      acc_t weight[EPG];
+      int64_t gather[EPG], other[EPG];
+      bool use[EPG];
+#pragma unroll
+      for (int j = 0; j < EPG; ++j) {
+        weight[j] = __shfl_sync(kFull, mine.weight, j0 + j);
+        gather[j] = __shfl_sync(kFull, mine.gather, j0 + j);
+        other[j] = 0;
+        if constexpr (TRIPLE) other[j] = __shfl_sync(kFull, mine.other, j0 + j);
+        use[j] = active && j0 + j < n && gather[j] >= 0;
+      }
+      add_edges<EPG, TRIPLE>(acc, in, k, use, weight, gather, other);
+    }
+  };
+
+  if (!long_row && degree <= kWarp) {
+    // One id per lane, sorted across the lanes (lanes past the row hold INT32_MAX).
+    int32_t e = lane < degree ? lists.edges[begin + lane] : std::numeric_limits<int32_t>::max();
+    e = warp_sort(e, lane);
+    add_lane_edges(load_edge(e, lane < degree), degree);
+  } else {
+    // The row's ids as a bitmap over [0, E), and prefix[w] = the set bits in words [0, w),
+    // at most 32 * w < 2^16.
+    const int words = static_cast<int>((num_edges + kWarp - 1) / kWarp);
+    // Shared memory: every warp's bits, then every warp's prefix counts.
+    const int64_t warp_in_block = threadIdx.x / kWarp;
+    uint32_t* const all_bits = reinterpret_cast<uint32_t*>(small_grad_bytes);
+    uint32_t* const bits = all_bits + warp_in_block * words;
+    uint16_t* const prefix =
+        reinterpret_cast<uint16_t*>(all_bits + (kSmallThreads / kWarp) * words) +
+        warp_in_block * words;
+    for (int w = lane; w < words; w += kWarp) bits[w] = 0;
+    __syncwarp();
+    for (int i = begin + lane; i < begin + degree; i += kWarp) {
+      const int32_t e = lists.edges[i];
+      atomicOr(&bits[e / kWarp], 1u << (e % kWarp));
     }
     __syncwarp();
-    tail += __popc(mask);
-    const int queued = tail - head;
-    if (queued >= EPG) add_queued(queued - queued % EPG);
-  }
-  add_queued(tail - head);
-  if (!active) return;
-  if (plan.num_segments == 1) {
-    store_vec<VEC>(out + row * feat_dim + k, acc);
-  } else {
-    acc_t* dst = partial + (segment * num_rows + row) * feat_dim + k;
+    int carry = 0;
+    for (int w0 = 0; w0 < words; w0 += kWarp) {  // warp-uniform
+      const int w = w0 + lane;
+      const int count = w < words ? __popc(bits[w]) : 0;
+      const int inclusive = warp_inclusive_sum(count, lane);
+      if (w < words) prefix[w] = static_cast<uint16_t>(carry + inclusive - count);
+      carry += __shfl_sync(kFull, inclusive, kWarp - 1);
+    }
+    __syncwarp();
+    for (int rank0 = lo; rank0 < hi; rank0 += kWarp) {  // warp-uniform
+      const int rank = rank0 + lane;
+      const bool has = rank < hi;
+      int e = 0;
+      if (has) {
+        // The last word whose prefix is <= rank, the one holding it: binary search over the
+        // words (at most 2^16 / 32 = 2048 of them).
+        int w = 0;
 #pragma unroll
-    for (int i = 0; i < VEC; ++i) dst[i] = acc[i];
+        for (int step = 1024; step > 0; step /= 2) {
+          if (w + step < words && prefix[w + step] <= rank) w += step;
+        }
+        e = w * kWarp + nth_set_bit(bits[w], rank - prefix[w]);
+      }
+      add_lane_edges(load_edge(e, has), min(kWarp, hi - rank0));
+    }
   }
-}
 
-// out[i] = the segments' partial sums of element i, added in segment order.
-template <typename scalar_t>
-__global__ void edge_dot_grad_small_sum_kernel(
-    const at::opmath_type<scalar_t>* __restrict__ partial, int64_t num_segments,
-    int64_t num_elems, scalar_t* __restrict__ out) {
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < num_elems;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    at::opmath_type<scalar_t> sum = 0;
-    for (int64_t s = 0; s < num_segments; ++s) sum += partial[s * num_elems + i];
-    out[i] = static_cast<scalar_t>(sum);
+  if (!long_row) {
+    if (active) store_vec<VEC>(out + row * feat_dim + k, acc);
+    return;
+  }
+  if (active) store_vec<VEC>(partial + piece * feat_dim + k, acc);
+  __threadfence();  // the partial is visible device-wide before the ticket says it is there
+  __syncwarp();
+  int ticket = 0;
+  if (lane == 0) ticket = atomicAdd(&lists.tickets[first_piece], 1);
+  if (__shfl_sync(kFull, ticket, 0) != num_pieces - 1) return;
+  __threadfence();  // the other pieces' partials, read after their tickets
+  if (active) {
+    sum_pieces<VEC>(partial, first_piece, first_piece + num_pieces, feat_dim, k, acc);
+    store_vec<VEC>(out + row * feat_dim + k, acc);
   }
 }
 
@@ -934,32 +1134,38 @@ void launch_small_grad(const at::Tensor& grad_out, const at::Tensor& x_gather,
                        const GatherRows<scalar_t>& in, at::Tensor& out, cudaStream_t stream) {
   using acc_t = at::opmath_type<scalar_t>;
   const int64_t num_edges = grad_out.size(0), num_rows = out.size(0), feat_dim = out.size(1);
-  const SmallGradPlan plan = plan_small_grad(num_edges, num_rows);
+  const int64_t piece_edges = piece_edges_for(num_edges);
+  const int64_t max_pieces = max_pieces_for(num_edges, piece_edges);
+  at::Tensor storage = at::empty({num_rows + 1 + num_edges + 3 * max_pieces},
+                                 out.options().dtype(at::kInt));
+  int32_t* base = storage.mutable_data_ptr<int32_t>();
+  const SmallGradLists lists{base, base + num_rows + 1, base + num_rows + 1 + num_edges,
+                             base + num_rows + 1 + num_edges + max_pieces,
+                             base + num_rows + 1 + num_edges + 2 * max_pieces};
   at::Tensor partial;
-  if (plan.num_segments > 1) {
-    partial = at::empty({plan.num_segments, num_rows, feat_dim},
+  if (max_pieces > 0) {
+    partial = at::empty({max_pieces, feat_dim},
                         out.options().dtype(at::toOpMathType(out.scalar_type())));
   }
-  const int64_t warps = num_rows * plan.num_segments;
-  const int64_t warps_per_block = kThreads / kWarp;
+  edge_dot_grad_small_plan_kernel<index_t>
+      <<<1, kSmallPlanThreads, num_rows * sizeof(int32_t), stream>>>(
+          scatter_index.const_data_ptr<index_t>(), scatter_index.stride(0), num_edges,
+          num_rows, piece_edges, max_pieces, lists);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  const int64_t warps_per_block = kSmallThreads / kWarp;
+  const int64_t words = (num_edges + kWarp - 1) / kWarp;
+  const size_t shared_bytes = warps_per_block * words * (sizeof(uint32_t) + sizeof(uint16_t));
+  const int64_t items = num_rows + max_pieces;
   edge_dot_grad_small_kernel<scalar_t, index_t, VEC, TRIPLE>
-      <<<(warps + warps_per_block - 1) / warps_per_block, kThreads, 0, stream>>>(
-          grad_out.const_data_ptr<scalar_t>(), scatter_index.const_data_ptr<index_t>(),
-          scatter_index.stride(0), gather_index.const_data_ptr<index_t>(),
+      <<<(items + warps_per_block - 1) / warps_per_block, kSmallThreads, shared_bytes, stream>>>(
+          grad_out.const_data_ptr<scalar_t>(), gather_index.const_data_ptr<index_t>(),
           gather_index.stride(0), x_gather.size(0),
           TRIPLE ? other_index.const_data_ptr<index_t>() : nullptr,
-          TRIPLE ? other_index.stride(0) : 0, TRIPLE ? x_other.size(0) : 0, in, num_edges,
-          num_rows, feat_dim, plan, out.mutable_data_ptr<scalar_t>(),
+          TRIPLE ? other_index.stride(0) : 0, TRIPLE ? x_other.size(0) : 0, in, lists,
+          num_edges, num_rows, feat_dim, piece_edges, max_pieces,
+          out.mutable_data_ptr<scalar_t>(),
           partial.defined() ? partial.mutable_data_ptr<acc_t>() : nullptr);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  if (plan.num_segments > 1) {
-    const int64_t num_elems = num_rows * feat_dim;
-    edge_dot_grad_small_sum_kernel<scalar_t>
-        <<<grid_for((num_elems + kWarp - 1) / kWarp), kThreads, 0, stream>>>(
-            partial.const_data_ptr<acc_t>(), plan.num_segments, num_elems,
-            out.mutable_data_ptr<scalar_t>());
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-  }
 }
 
 // out[scatter[e]] += grad[e] * (x_other[other[e]] *) x_gather[gather[e]], one call per
@@ -975,8 +1181,7 @@ void grad_one_side(const at::Tensor& grad_out, const at::Tensor& x_gather,
       TRIPLE ? x_other.const_data_ptr<scalar_t>() : nullptr, TRIPLE ? x_other.stride(0) : 0};
   constexpr int kVec = 16 / sizeof(scalar_t);
   const int width = choose_width<scalar_t, TRIPLE>(x_gather, x_other, out);
-  if (small_grad_fits(num_edges, num_rows, out.size(1), width, x_gather.size(0),
-                      TRIPLE ? x_other.size(0) : 0)) {
+  if (small_grad_fits(num_edges, num_rows, out.size(1), width)) {
     if (width == kVec) {
       launch_small_grad<scalar_t, index_t, kVec, TRIPLE>(
           grad_out, x_gather, scatter_index, gather_index, x_other, other_index, in, out, stream);
