@@ -184,15 +184,17 @@ def _tri_row_start(row, n):
     return row * (2 * n - row - 1) // 2
 
 
-def _encode(mode: str, src: Tensor, dst: Tensor, n_src, n_dst) -> Tuple[Tensor, Optional[Tensor]]:
-    """int64 keys of the pairs, and the mask of pairs that are keys at all (None: all are)."""
+def _encode(mode: str, src: Tensor, dst: Tensor, n_src, n_dst, not_a_key: int) -> Tensor:
+    """int64 keys of the pairs; a pair that is no key (a self-loop) gets ``not_a_key``. One
+    buffer updated in place (fresh CPU buffers pay their page faults: a pass each)."""
     if mode == _DIRECTED:
-        return src * n_dst + dst, None
-    valid = src != dst
+        return (src * n_dst).add_(dst)
     if mode == _NO_LOOPS:
-        return src * (n_dst - 1) + dst - (dst > src).long(), valid
-    row, col = torch.minimum(src, dst), torch.maximum(src, dst)
-    return _tri_row_start(row, n_src) + (col - row - 1), valid
+        keys = (src * (n_dst - 1)).add_(dst).sub_((dst > src).long())
+    else:
+        row, col = torch.minimum(src, dst), torch.maximum(src, dst)
+        keys = _tri_row_start(row, n_src).add_(col).sub_(row).sub_(1)
+    return keys.masked_fill_(src == dst, not_a_key)
 
 
 def _decode(mode: str, key: Tensor, n_src, n_dst) -> Tuple[Tensor, Tensor]:
@@ -480,11 +482,10 @@ class _KeySpace:
         self.num_keys = num_keys                # [B] int64 keys per block
         per_edge_n_src = n_src if edge_block is None else n_src[edge_block]
         per_edge_n_dst = n_dst if edge_block is None else n_dst[edge_block]
-        keys, valid = _encode(mode, src, dst, per_edge_n_src, per_edge_n_dst)
+        # pairs that are no keys become key_bound, which the op drops
+        keys = _encode(mode, src, dst, per_edge_n_src, per_edge_n_dst, key_bound)
         if edge_block is not None:
-            keys = keys + block_key_start[edge_block]
-        if valid is not None:  # a pair that is no key (a self-loop) becomes key_bound: dropped
-            keys = torch.where(valid, keys, key_bound)
+            keys = torch.where(keys < key_bound, keys + block_key_start[edge_block], key_bound)
         self.excluded, self.adj = torch.ops.pyg_edgedot.excluded_keys(keys, key_bound)
         excluded_before = torch.searchsorted(self.excluded, block_key_start)
         excluded_in = torch.searchsorted(self.excluded, block_key_start + num_keys) \
