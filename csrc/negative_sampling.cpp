@@ -1,4 +1,4 @@
-// Exact negative sampling over one graph (NegativeSampler.sample): the schema. The kernels:
+// Exact negative sampling over one graph (NegativeSampler and its draws): the schemas. The kernels:
 // csrc/cpu/negative_sampling_kernel.cpp (CPU) and csrc/cuda/negative_sampling_kernel.cu (CUDA),
 // sharing csrc/negative_sampling_common.h. What each device promises for a given `seed`: the
 // two kernels return the same draws, bit for bit (the CUDA kernel computes the CPU kernel's
@@ -26,4 +26,10 @@ TORCH_LIBRARY_FRAGMENT(pyg_edgedot, m) {
   m.def("negative_sample(Tensor excluded_adj, int num_ranks, int count, int seed, "
         "bool replace, str mode, int num_src_nodes, int num_dst_nodes, ScalarType dtype, "
         "int first_round=-1) -> Tensor");
+  // The sorted distinct values below key_bound of `keys` (1-D int64, every value in
+  // [0, key_bound]: key_bound marks a pair that is no key, e.g. a self-loop, and is dropped)
+  // and their adj_i = e_i - i: what negative_sample's excluded_adj is made of. The kernels
+  // sort only the bits of key_bound (log2(N^2) at N nodes, against torch.sort's 64); a value
+  // outside [0, key_bound] is a caller's bug that gives a wrong order, never a bad access.
+  m.def("excluded_keys(Tensor keys, int key_bound) -> (Tensor, Tensor)");
 }

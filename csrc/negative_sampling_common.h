@@ -186,6 +186,17 @@ struct Plan {
 };
 
 // The checks of negative_sample's arguments (both kernels raise the same errors).
+// excluded_keys' arguments; returns the bits its sort needs (the values are in [0, key_bound]).
+inline int check_excluded_keys(const at::Tensor& keys, int64_t key_bound) {
+  const char* op = "excluded_keys";
+  PYG_EDGEDOT_CHECK(keys.dim() == 1 && keys.scalar_type() == at::kLong, op,
+                    ": keys must be a 1-D int64 tensor (got ", std::to_string(keys.dim()),
+                    "-D ", keys.scalar_type(), ")");
+  PYG_EDGEDOT_CHECK(key_bound >= 0 && key_bound < (int64_t{1} << 62), op,
+                    ": key_bound must be in [0, 2^62) (got ", std::to_string(key_bound), ")");
+  return bit_width(key_bound + 1);
+}
+
 inline Plan check_negative_sample(const at::Tensor& excluded_adj, int64_t num_ranks,
                                   int64_t count, bool replace, c10::string_view mode_name,
                                   int64_t num_src_nodes, int64_t num_dst_nodes,

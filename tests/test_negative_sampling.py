@@ -505,6 +505,53 @@ def test_op_checks(gen, device, change, match):
         torch.ops.pyg_edgedot.negative_sample(*args)
 
 
+# The sampler's build: excluded_keys (sorted distinct keys below key_bound, and adj; the value
+# key_bound marks a pair that is no key) against torch.unique.
+EXCLUDED_KEYS_CASES = [(0, 0), (0, 5), (6, 0), (1, 1), (1, 9), (7, 1), (1000, 37),
+                       (5000, 2 ** 40), (70_000, 10 ** 9), (300, 2 ** 62 - 1)]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("impl", ["op", "fallback"])
+@pytest.mark.parametrize("n, key_bound", EXCLUDED_KEYS_CASES)
+def test_excluded_keys(gen, device, impl, n, key_bound):
+    keys = torch.randint(0, key_bound + 1, (n,), generator=gen)
+    keys[: n // 5] = key_bound  # pairs that are no keys
+    keys = torch.cat([keys, keys[: n // 3]])[torch.randperm(n + n // 3, generator=gen)]
+    strided = torch.stack([keys, -keys]).t().reshape(-1)[::2]  # the same values, stride 2
+    expected = torch.unique(keys[keys < key_bound])
+    fn = (torch.ops.pyg_edgedot.excluded_keys if impl == "op"
+          else ns_mod._excluded_keys_fallback)
+    for given in (keys, strided):
+        given = given.to(device)
+        unique, adj = fn(given, key_bound)
+        assert unique.dtype == adj.dtype == torch.int64 and unique.device == given.device
+        assert torch.equal(unique.cpu(), expected)
+        assert torch.equal(adj.cpu(), expected - torch.arange(expected.numel()))
+        if unique.numel() > 0:
+            assert unique.data_ptr() != given.data_ptr()  # never an alias of the input
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_excluded_keys_opcheck(gen, device):
+    keys = torch.randint(0, 1001, (500,), generator=gen).to(device)
+    torch.library.opcheck(torch.ops.pyg_edgedot.excluded_keys.default, (keys, 1000))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("keys, key_bound, match", [
+    (torch.zeros(3, dtype=torch.int32), 5, "keys must be a 1-D int64 tensor"),
+    (torch.zeros(2, 3, dtype=torch.int64), 5, "keys must be a 1-D int64 tensor"),
+    (torch.zeros(3, dtype=torch.int64), -4, "key_bound must be in \\[0, 2\\^62\\)"),
+    (torch.zeros(3, dtype=torch.int64), 2 ** 62, "key_bound must be in \\[0, 2\\^62\\)"),
+])
+def test_excluded_keys_checks(device, keys, key_bound, match):
+    if not kernel_built(device):
+        pytest.skip(f"the {device} kernel was not built")
+    with pytest.raises(RuntimeError, match=match):
+        torch.ops.pyg_edgedot.excluded_keys(keys.to(device), key_bound)
+
+
 def test_backend_is_the_kernel_when_built():
     table = pyg_edgedot._backend.loaded().table
     extension = pyg_edgedot._backend.loaded().build.extension

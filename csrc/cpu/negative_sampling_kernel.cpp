@@ -51,6 +51,7 @@
 #include <cstdlib>
 #include <memory>
 #include <numeric>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -390,10 +391,30 @@ at::Tensor negative_sample_cpu(const at::Tensor& excluded_adj, int64_t num_ranks
   return out;
 }
 
+// excluded_keys: the parallel radix sort on the key bits, a binary search for the dropped
+// key_bound values (sorted last), one serial pass that drops repeats, one parallel for adj.
+std::tuple<at::Tensor, at::Tensor> excluded_keys_cpu(const at::Tensor& keys, int64_t key_bound) {
+  const int bits = check_excluded_keys(keys, key_bound);
+  const int64_t n = keys.numel();
+  at::Tensor a = keys.contiguous().clone(), b = at::empty_like(a);
+  int64_t* sorted = radix_sort(a.mutable_data_ptr<int64_t>(), b.mutable_data_ptr<int64_t>(), n,
+                               bits);
+  const int64_t size =
+      std::unique(sorted, std::lower_bound(sorted, sorted + n, key_bound)) - sorted;
+  at::Tensor unique = (sorted == a.const_data_ptr<int64_t>() ? a : b).narrow(0, 0, size);
+  at::Tensor adj = at::empty({size}, keys.options());
+  int64_t* adj_data = adj.mutable_data_ptr<int64_t>();
+  at::parallel_for(0, size, kGrain, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) adj_data[i] = sorted[i] - i;
+  });
+  return {unique, adj};
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(pyg_edgedot, CPU, m) {
   m.impl("negative_sample", &negative_sample_cpu);
+  m.impl("excluded_keys", &excluded_keys_cpu);
 }
 
 }  // namespace pyg_edgedot

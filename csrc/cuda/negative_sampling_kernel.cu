@@ -206,21 +206,24 @@ std::tuple<at::Tensor, at::Tensor> sort_pairs(const at::Tensor& keys, const at::
   return {keys_out, values_out};
 }
 
+// The distinct values of in[0, n) (sorted) into out, their count into *num (on the device).
+void select_unique(const int64_t* in, int64_t* out, int64_t* num, int64_t n,
+                   const at::TensorOptions& options, cudaStream_t stream) {
+  size_t temp_bytes = 0;
+  C10_CUDA_CHECK(cub::DeviceSelect::Unique(nullptr, temp_bytes, in, out, num, n, stream));
+  at::Tensor temp = at::empty({static_cast<int64_t>(temp_bytes)}, options.dtype(at::kByte));
+  C10_CUDA_CHECK(cub::DeviceSelect::Unique(temp.mutable_data_ptr(), temp_bytes, in, out, num, n,
+                                           stream));
+}
+
 // The distinct values of sorted[0, n) in order, and how many (read back: a host sync).
 std::tuple<at::Tensor, int64_t> unique_sorted(const at::Tensor& sorted, int64_t n,
                                               cudaStream_t stream) {
   if (n < 2) return {sorted, n};
   at::Tensor out = at::empty({n}, sorted.options());
   at::Tensor num = at::empty({1}, sorted.options());
-  const int64_t* in = sorted.const_data_ptr<int64_t>();
-  size_t temp_bytes = 0;
-  C10_CUDA_CHECK(cub::DeviceSelect::Unique(nullptr, temp_bytes, in, out.mutable_data_ptr<int64_t>(),
-                                           num.mutable_data_ptr<int64_t>(), n, stream));
-  at::Tensor temp = at::empty({static_cast<int64_t>(temp_bytes)},
-                              sorted.options().dtype(at::kByte));
-  C10_CUDA_CHECK(cub::DeviceSelect::Unique(temp.mutable_data_ptr(), temp_bytes, in,
-                                           out.mutable_data_ptr<int64_t>(),
-                                           num.mutable_data_ptr<int64_t>(), n, stream));
+  select_unique(sorted.const_data_ptr<int64_t>(), out.mutable_data_ptr<int64_t>(),
+                num.mutable_data_ptr<int64_t>(), n, sorted.options(), stream);
   const int64_t size = num.item<int64_t>();
   return {out.narrow(0, 0, size), size};
 }
@@ -364,10 +367,41 @@ at::Tensor negative_sample_cuda(const at::Tensor& excluded_adj, int64_t num_rank
   return out;
 }
 
+// excluded_keys: a CUB radix sort on the key bits, DeviceSelect::Unique, and whether the last
+// distinct value is the dropped key_bound (one thread, written beside Unique's count so that
+// one read-back gives the output's size); adj by one elementwise op.
+__global__ void ends_with_kernel(const int64_t* sorted, int64_t n, int64_t value,
+                                 int64_t* __restrict__ out) {
+  *out = n > 0 && sorted[n - 1] == value;
+}
+
+std::tuple<at::Tensor, at::Tensor> excluded_keys_cuda(const at::Tensor& keys, int64_t key_bound) {
+  const int bits = check_excluded_keys(keys, key_bound);
+  const c10::cuda::CUDAGuard guard(keys.device());
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  const at::Tensor in = keys.contiguous();
+  const int64_t n = in.numel();
+  const at::Tensor sorted = sort_keys(in, n, bits, stream);
+  at::Tensor unique = at::empty({n}, in.options());
+  at::Tensor counts = at::zeros({2}, in.options());  // distinct values, whether key_bound is one
+  if (n > 0) {
+    const int64_t* data = sorted.const_data_ptr<int64_t>();
+    int64_t* num = counts.mutable_data_ptr<int64_t>();
+    select_unique(data, unique.mutable_data_ptr<int64_t>(), num, n, in.options(), stream);
+    ends_with_kernel<<<1, 1, 0, stream>>>(data, n, key_bound, num + 1);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  }
+  const at::Tensor host = counts.cpu();  // the one host sync: the output's size
+  const int64_t size = host[0].item<int64_t>() - host[1].item<int64_t>();
+  unique = unique.narrow(0, 0, size);
+  return {unique, unique - at::arange(size, unique.options())};
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(pyg_edgedot, CUDA, m) {
   m.impl("negative_sample", &negative_sample_cuda);
+  m.impl("excluded_keys", &excluded_keys_cuda);
 }
 
 }  // namespace pyg_edgedot

@@ -184,15 +184,17 @@ def _tri_row_start(row, n):
     return row * (2 * n - row - 1) // 2
 
 
-def _encode(mode: str, src: Tensor, dst: Tensor, n_src, n_dst) -> Tuple[Tensor, Tensor]:
-    """int64 keys of the pairs, and the mask of pairs that are keys at all."""
+def _encode(mode: str, src: Tensor, dst: Tensor, n_src, n_dst, not_a_key: int) -> Tensor:
+    """int64 keys of the pairs; a pair that is no key (a self-loop) gets ``not_a_key``. One
+    buffer updated in place (fresh CPU buffers pay their page faults: a pass each)."""
     if mode == _DIRECTED:
-        return src * n_dst + dst, torch.ones_like(src, dtype=torch.bool)
-    valid = src != dst
+        return (src * n_dst).add_(dst)
     if mode == _NO_LOOPS:
-        return src * (n_dst - 1) + dst - (dst > src).long(), valid
-    row, col = torch.minimum(src, dst), torch.maximum(src, dst)
-    return _tri_row_start(row, n_src) + (col - row - 1), valid
+        keys = (src * (n_dst - 1)).add_(dst).sub_((dst > src).long())
+    else:
+        row, col = torch.minimum(src, dst), torch.maximum(src, dst)
+        keys = _tri_row_start(row, n_src).add_(col).sub_(row).sub_(1)
+    return keys.masked_fill_(src == dst, not_a_key)
 
 
 def _decode(mode: str, key: Tensor, n_src, n_dst) -> Tuple[Tensor, Tensor]:
@@ -221,12 +223,12 @@ def _decode(mode: str, key: Tensor, n_src, n_dst) -> Tuple[Tensor, Tensor]:
 # Ranks -> keys
 # ---------------------------------------------------------------------------------------
 
-def _excluded_keys(keys: Tensor) -> Tuple[Tensor, Tensor]:
-    """Sorted unique excluded keys and their adj_i = e_i - i."""
-    # the same as torch.unique(keys); on the CPU 2 threads took 43 ms against its 50 at 2M keys
-    keys = torch.unique_consecutive(torch.sort(keys).values)
-    adj = keys - torch.arange(keys.numel(), device=keys.device)
-    return keys, adj
+def _excluded_keys_fallback(keys: Tensor, key_bound: int) -> Tuple[Tensor, Tensor]:
+    """The op ``excluded_keys`` in PyTorch ops: the sorted distinct keys below key_bound and
+    their adj_i = e_i - i."""
+    keys = torch.unique(keys)
+    keys = keys[: int(torch.searchsorted(keys, key_bound))]
+    return keys, keys - torch.arange(keys.numel(), device=keys.device)
 
 
 def _rank_to_key(adj: Tensor, ranks: Tensor, ranks_sorted: bool) -> Tensor:
@@ -442,7 +444,8 @@ def _draw_seed(generator: Optional[torch.Generator]) -> int:
 
 
 def fallback_impls() -> dict:
-    return {"negative_sample": _negative_sample_fallback}
+    return {"negative_sample": _negative_sample_fallback,
+            "excluded_keys": _excluded_keys_fallback}
 
 
 def register_fake_and_autograd() -> None:
@@ -452,6 +455,11 @@ def register_fake_and_autograd() -> None:
                               num_src_nodes, num_dst_nodes, dtype, first_round=-1):
         columns = 2 * count if mode == _UNDIRECTED else count
         return excluded_adj.new_empty((2, columns), dtype=dtype)
+
+    @torch.library.register_fake("pyg_edgedot::excluded_keys")
+    def _excluded_keys_fake(keys, key_bound):
+        size = torch.library.get_ctx().new_dynamic_size()
+        return keys.new_empty(size), keys.new_empty(size)
 
 
 # ---------------------------------------------------------------------------------------
@@ -466,17 +474,19 @@ class _KeySpace:
     """
 
     def __init__(self, mode: str, src: Tensor, dst: Tensor, n_src, n_dst,
-                 block_key_start: Tensor, edge_block: Optional[Tensor], num_keys: Tensor):
+                 block_key_start: Tensor, edge_block: Optional[Tensor], num_keys: Tensor,
+                 key_bound: int):
         self.mode = mode
         self.n_src, self.n_dst = n_src, n_dst
         self.block_key_start = block_key_start  # [B] int64
         self.num_keys = num_keys                # [B] int64 keys per block
         per_edge_n_src = n_src if edge_block is None else n_src[edge_block]
         per_edge_n_dst = n_dst if edge_block is None else n_dst[edge_block]
-        keys, valid = _encode(mode, src, dst, per_edge_n_src, per_edge_n_dst)
+        # pairs that are no keys become key_bound, which the op drops
+        keys = _encode(mode, src, dst, per_edge_n_src, per_edge_n_dst, key_bound)
         if edge_block is not None:
-            keys = keys + block_key_start[edge_block]
-        self.excluded, self.adj = _excluded_keys(keys[valid])
+            keys = torch.where(keys < key_bound, keys + block_key_start[edge_block], key_bound)
+        self.excluded, self.adj = torch.ops.pyg_edgedot.excluded_keys(keys, key_bound)
         excluded_before = torch.searchsorted(self.excluded, block_key_start)
         excluded_in = torch.searchsorted(self.excluded, block_key_start + num_keys) \
             - excluded_before
@@ -543,7 +553,7 @@ class NegativeSampler:
         num_keys = _num_keys(mode, self.num_src_nodes, self.num_dst_nodes)
         zero = torch.zeros(1, dtype=torch.long, device=self.device)
         return _KeySpace(mode, self._src, self._dst, self.num_src_nodes, self.num_dst_nodes,
-                         zero, None, zero + num_keys)
+                         zero, None, zero + num_keys, num_keys)
 
     @property
     def num_negatives(self) -> int:
@@ -828,7 +838,7 @@ def batched_negative_sampling(edge_index: Tensor, batch: Union[Tensor, Tuple[Ten
     if bool((num_keys.double().sum() >= _MAX_KEYS)):
         raise ValueError(f"{name}: the batch has more than 2**62 candidate pairs")
     space = _KeySpace(mode, src_local[src], dst_local[dst], n_src, n_dst,
-                      _exclusive_cumsum(num_keys), edge_graph, num_keys)
+                      _exclusive_cumsum(num_keys), edge_graph, num_keys, int(num_keys.sum()))
     short = want > space.free
     if bool(short.any()):
         asked, avail = int(want[short].sum()), int(space.free[short].sum())
