@@ -100,7 +100,13 @@ def _kernel_us(bench: Bench, call: Callable[[], Any], calls: int):
             call()
         bench.sync()
     device = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
-    return sum(e.device_time_total for e in device) / calls, len(device) / calls
+    by_name: Dict[str, List[float]] = {}
+    for e in device:
+        by_name.setdefault(e.name, []).append(e.device_time_total)
+    # where the device time goes: each activity's time and count per call, largest first
+    activities = sorted(({"name": name, "us": sum(times) / calls, "count": len(times) / calls}
+                         for name, times in by_name.items()), key=lambda a: -a["us"])
+    return sum(e.device_time_total for e in device) / calls, len(device) / calls, activities
 
 
 def measure_row(bench: Bench, method: Method, case: Case, phase: str, calls: int = CALLS,
@@ -125,7 +131,8 @@ def measure_row(bench: Bench, method: Method, case: Case, phase: str, calls: int
             row["gpu_us"], row["gpu_span_host_bound"] = _gpu_us(bench, call, calls,
                                                                 row["host_us"])
             try:
-                row["kernel_us"], row["kernels_per_call"] = _kernel_us(bench, call, calls)
+                row["kernel_us"], row["kernels_per_call"], row["activities"] = _kernel_us(
+                    bench, call, calls)
             except Exception as err:  # noqa: BLE001 -- the profiler is a bonus column
                 row["profiler_error"] = f"{type(err).__name__}: {err}"[:300]
     finally:
@@ -162,6 +169,8 @@ def run_host_overhead(bench: Bench, wl: Workload, methods: List[Method],
             row.update(method=method.key, label=method.label, phase=phase)
             doc["rows"].append(row)
             log(f"host/{wl.name} {method.key:<26} {phase:<6} " + _row_summary(row))
+            for act in row.get("activities", []):
+                log(f"    {act['us']:8.2f} us {act['count']:5.1f}x  {act['name'][:100]}")
             if row.get("fatal"):
                 return doc
     return doc
