@@ -391,7 +391,7 @@ struct CandidateOp {
       : guard(x_src_in.device()),
         x_src(unit_column_stride(x_src_in)),
         x_dst(unit_column_stride(x_dst_in)),
-        first_bad(at::full({1}, -1, x_src.options().dtype(at::kLong))),
+        first_bad(new_first_bad(x_src)),
         first_bad_ptr(reinterpret_cast<unsigned long long*>(first_bad.mutable_data_ptr<int64_t>())),
         stream(c10::cuda::getCurrentCUDAStream()) {}
 

@@ -245,7 +245,7 @@ std::tuple<at::Tensor, at::Tensor> edge_dot_cuda(
   const at::Tensor rel = has_rel ? unit_column_stride(rel_in) : rel_in;
   at::Tensor out = at::empty({src_index.size(0)}, x_src.options());
   // -1 (all ones as unsigned) until an edge with an index out of range lowers it.
-  at::Tensor first_bad = at::full({1}, -1, x_src.options().dtype(at::kLong));
+  at::Tensor first_bad = new_first_bad(x_src);
   if (out.numel() == 0) return {out, first_bad};
   auto* first_bad_ptr = reinterpret_cast<unsigned long long*>(first_bad.mutable_data_ptr<int64_t>());
 

@@ -305,7 +305,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> edge_dot_loss_cuda(
   const at::Tensor row_ptr = row_ptr_in.contiguous();
   const int64_t num_edges = src_index.size(0), width = 1 + num_negatives;
   at::Tensor score_grad = at::empty({num_edges, width}, x_src.options());
-  at::Tensor first_bad = at::full({1}, -1, x_src.options().dtype(at::kLong));
+  at::Tensor first_bad = new_first_bad(x_src);
   at::Tensor out = at::empty({}, x_src.options());
   const double count = options.mean ? static_cast<double>(
                                           num_edges * loss::terms_per_positive(options.loss,

@@ -824,7 +824,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> topk_dst_cuda(
   const at::Tensor exclude_dst = exclude_dst_in.contiguous();
   const int64_t num_rows = src_index.size(0), num_src = x_src.size(0), num_dst = x_dst.size(0);
   const int64_t feat_dim = x_src.size(1);
-  at::Tensor first_bad = at::full({1}, -1, x_src.options().dtype(at::kLong));
+  at::Tensor first_bad = new_first_bad(x_src);
   auto* first_bad_ptr =
       reinterpret_cast<unsigned long long*>(first_bad.mutable_data_ptr<int64_t>());
   const int64_t list_k = std::min(k, num_dst);

@@ -1,11 +1,13 @@
 // Pieces shared by the CUDA kernels of pyg_edgedot (edge_dot_kernel.cu, candidates_kernel.cu):
-// 16-byte vectors, the choice of vector width and lanes per group for a row length, and the
-// current device's SM count.
+// 16-byte vectors, the choice of vector width and lanes per group for a row length, the
+// current device's SM count, and the ops' first_bad output.
 #pragma once
 
 #include <ATen/ATen.h>
 #include <ATen/OpMathType.h>
 #include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -17,6 +19,17 @@ namespace pyg_edgedot {
 namespace cuda {
 
 constexpr int kWarp = 32;
+
+// The ops' first_bad output: [1] int64 holding -1 (all ones, the identity of the kernels'
+// atomicMin on it), set by a memset on the current stream rather than a fill kernel: at the
+// seed's size (E = 16K) the forward is two device activities, this and the kernel.
+inline at::Tensor new_first_bad(const at::Tensor& like) {
+  const c10::cuda::CUDAGuard guard(like.device());  // the stream of like's device
+  at::Tensor first_bad = at::empty({1}, like.options().dtype(at::kLong));
+  C10_CUDA_CHECK(cudaMemsetAsync(first_bad.mutable_data_ptr(), 0xFF, sizeof(int64_t),
+                                 c10::cuda::getCurrentCUDAStream()));
+  return first_bad;
+}
 
 template <typename T, int N>
 struct alignas(sizeof(T) * N) Vec {
