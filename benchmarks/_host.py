@@ -44,24 +44,6 @@ WARMUPS = 3
 GPU_ROUNDS = 3
 PHASES = ("fwd", "fwdbwd")
 
-_sleep_cycles_per_us: Optional[float] = None
-
-
-def _cycles_per_us(bench: Bench) -> float:
-    """The GPU clock as torch.cuda._sleep counts it, measured once (events around a sleep)."""
-    global _sleep_cycles_per_us
-    if _sleep_cycles_per_us is None:
-        cycles = 10_000_000
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        bench.sync()
-        start.record()
-        torch.cuda._sleep(cycles)
-        end.record()
-        bench.sync()
-        _sleep_cycles_per_us = cycles / max(start.elapsed_time(end) * 1e3, 1.0)
-    return _sleep_cycles_per_us
-
-
 def _host_us(bench: Bench, call: Callable[[], Any], calls: int, rounds: int) -> List[float]:
     times = []
     for _ in range(rounds):
@@ -75,11 +57,11 @@ def _host_us(bench: Bench, call: Callable[[], Any], calls: int, rounds: int) -> 
 
 
 def _gpu_us(bench: Bench, call: Callable[[], Any], calls: int, host_us: float):
-    sleep_cycles = int(_cycles_per_us(bench) * (2 * host_us * calls + 1000))
+    sleep_us = 2 * host_us * calls + 1000
     spans, host_bound = [], False
     for _ in range(GPU_ROUNDS):
         bench.sync()
-        torch.cuda._sleep(sleep_cycles)
+        bench.gpu_sleep(sleep_us)
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         for _ in range(calls):

@@ -108,10 +108,16 @@ class RssSampler:
 class Bench:
     """What differs between CUDA and the CPU: sync, cache flush, clocks and memory figures."""
 
-    def __init__(self, device: torch.device, flush_bytes: int) -> None:
+    def __init__(self, device: torch.device, flush_bytes: int, queue_us: float = 0.0) -> None:
         self.device = device
         self.is_cuda = device.type == "cuda"
         self.flush_bytes = flush_bytes
+        # CUDA: a GPU sleep of queue_us queued before each timed repetition, longer than the
+        # host takes to queue one call, so that the GPU never waits for the host's launches
+        # inside the timed span: at small sizes (W1) the span is then the device's time, not
+        # the Python call's (the host-overhead table measures that).
+        self.queue_us = queue_us if self.is_cuda else 0.0
+        self._cycles_per_us: Optional[float] = None
         self._flush_buf = (torch.empty(flush_bytes // 4, dtype=torch.float32, device=device)
                            if flush_bytes > 0 else None)
         self.memory_kind = ("cuda max_memory_allocated - memory_allocated before the call"
@@ -139,6 +145,24 @@ class Bench:
     def flush_cache(self) -> None:
         if self._flush_buf is not None:
             self._flush_buf.zero_()
+
+    def cycles_per_us(self) -> float:
+        """The GPU clock as torch.cuda._sleep counts it, measured once (events around a sleep)."""
+        if self._cycles_per_us is None:
+            cycles = 10_000_000
+            start = torch.cuda.Event(enable_timing=True)
+            end = torch.cuda.Event(enable_timing=True)
+            self.sync()
+            start.record()
+            torch.cuda._sleep(cycles)
+            end.record()
+            self.sync()
+            self._cycles_per_us = cycles / max(start.elapsed_time(end) * 1e3, 1.0)
+        return self._cycles_per_us
+
+    def gpu_sleep(self, us: float) -> None:
+        """Queue a GPU busy-wait of about ``us`` microseconds on the current stream."""
+        torch.cuda._sleep(int(self.cycles_per_us() * us))
 
     def wall(self, fn: Callable[[], Any]) -> float:
         """Seconds one call takes, synchronised on both sides."""
@@ -168,6 +192,8 @@ class Bench:
             pairs = []
             for _ in range(reps):
                 before()
+                if self.queue_us:
+                    self.gpu_sleep(self.queue_us)
                 start = torch.cuda.Event(enable_timing=True)
                 end = torch.cuda.Event(enable_timing=True)
                 start.record()

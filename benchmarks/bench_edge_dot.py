@@ -189,7 +189,8 @@ def main(argv=None) -> int:
         flush_bytes, copy_bytes = 32 << 20, 256 << 20
         opts = Options(warmups=args.warmups, reps=args.reps, max_reps=20, target_s=0.5)
     opts.inject_oom = args.inject_oom
-    bench = Bench(device, flush_bytes)
+    # each repetition queued behind a 2 ms GPU sleep: W1's calls take 0.05-0.8 ms of host time
+    bench = Bench(device, flush_bytes, queue_us=0.0 if args.quick else 2000.0)
     info = device_info(device)
     out_path = args.out or default_out_path(info["name"], device.type, args.quick)
     plot_path = args.plot or out_path.with_suffix(".png")
@@ -202,7 +203,7 @@ def main(argv=None) -> int:
         "settings": {"sections": sections, "workloads": names, "methods": method_keys, "orders": orders,
                      "warmups": opts.warmups, "reps": opts.reps, "min_reps": opts.min_reps,
                      "max_reps": opts.max_reps, "target_s_per_measurement": opts.target_s,
-                     "flush_bytes": flush_bytes,
+                     "flush_bytes": flush_bytes, "queue_us": bench.queue_us,
                      "clock": "CUDA events" if bench.is_cuda else "time.perf_counter",
                      "memory_kind": bench.memory_kind,
                      "fwd": "forward under torch.no_grad()",
