@@ -272,8 +272,10 @@ at::Tensor build_adj_index(const at::Tensor& adj, int64_t num_ranks, loss::AdjIn
 
 // The space's device pointers and seed: a CPU seed is read here (no synchronization), a
 // device seed in the kernels. `bucket` holds the adj index the space points to.
-Space device_space(Space sp, const at::Tensor& adj, const at::Tensor& row_ptr,
-                   const at::Tensor& seed, const int64_t** seed_ptr, at::Tensor& bucket) {
+Space device_space(const loss::Call& call, const at::Tensor& seed, const int64_t** seed_ptr,
+                   at::Tensor& bucket) {
+  const at::Tensor &adj = call.adj, &row_ptr = call.row_ptr;
+  Space sp = call.space;
   sp.adj = adj.const_data_ptr<int64_t>();
   sp.row_ptr = row_ptr.numel() > 0 ? row_ptr.const_data_ptr<int64_t>() : nullptr;
   bucket = build_adj_index(adj, sp.num_ranks, sp.adj_index,
@@ -293,31 +295,25 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> edge_dot_loss_cuda(
     const at::Tensor& row_ptr_in, int64_t num_negatives, int64_t num_src_nodes,
     int64_t num_dst_nodes, bool self_loops, c10::string_view negatives, c10::string_view loss,
     c10::string_view reduction) {
-  const char* op = "edge_dot_loss";
   const c10::cuda::OptionalCUDAGuard guard(x_src_in.device());
-  const loss::Options options = loss::parse_options(op, negatives, loss, reduction);
-  const Space space0 = loss::make_space(op, x_src_in, x_dst_in, src_index, dst_index, seed,
-                                        excluded_adj, row_ptr_in, num_negatives, num_src_nodes,
-                                        num_dst_nodes, self_loops, options.structured);
-  const at::Tensor x_src = unit_column_stride(x_src_in);
-  const at::Tensor x_dst = unit_column_stride(x_dst_in);
-  const at::Tensor adj = excluded_adj.contiguous();
-  const at::Tensor row_ptr = row_ptr_in.contiguous();
-  const int64_t num_edges = src_index.size(0), width = 1 + num_negatives;
+  const loss::Call call = loss::prepare_call(
+      "edge_dot_loss", x_src_in, x_dst_in, src_index, dst_index, seed, excluded_adj,
+      row_ptr_in, num_negatives, num_src_nodes, num_dst_nodes, self_loops, negatives, loss,
+      reduction);
+  const loss::Options& options = call.options;
+  const at::Tensor &x_src = call.x_src, &x_dst = call.x_dst;
+  const int64_t num_edges = call.num_edges, width = call.width;
   at::Tensor score_grad = at::empty({num_edges, width}, x_src.options());
   at::Tensor first_bad = at::full({1}, -1, x_src.options().dtype(at::kLong));
   at::Tensor out = at::empty({}, x_src.options());
-  const double count = options.mean ? static_cast<double>(
-                                          num_edges * loss::terms_per_positive(options.loss,
-                                                                               num_negatives))
-                                    : 0.0;
+  const double count = options.mean ? static_cast<double>(call.num_terms) : 0.0;
   if (num_edges == 0) {
     out.fill_(options.mean ? std::numeric_limits<double>::quiet_NaN() : 0.0);
     return {out, first_bad, score_grad};
   }
   const int64_t* seed_ptr = nullptr;
   at::Tensor bucket;
-  const Space sp = device_space(space0, adj, row_ptr, seed, &seed_ptr, bucket);
+  const Space sp = device_space(call, seed, &seed_ptr, bucket);
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   const int64_t num_tiles = (num_edges + kTile - 1) / kTile;
   at::Tensor partial = at::empty({num_tiles}, x_src.options().dtype(at::kDouble));
@@ -409,19 +405,13 @@ std::tuple<at::Tensor, at::Tensor> edge_dot_loss_grad_cuda(
     int64_t num_negatives, int64_t num_src_nodes, int64_t num_dst_nodes, bool self_loops,
     c10::string_view negatives, c10::string_view loss, c10::string_view reduction,
     bool needs_src, bool needs_dst) {
-  const char* op = "edge_dot_loss_grad";
   const c10::cuda::OptionalCUDAGuard guard(x_src_in.device());
-  const loss::Options options = loss::parse_options(op, negatives, loss, reduction);
-  const Space space0 = loss::make_space(op, x_src_in, x_dst_in, src_index, dst_index, seed,
-                                        excluded_adj, row_ptr_in, num_negatives, num_src_nodes,
-                                        num_dst_nodes, self_loops, options.structured);
-  const int64_t num_edges = src_index.size(0), width = 1 + num_negatives;
-  loss::check_grad_args(op, grad_loss, score_grad_in, x_src_in, num_edges, width);
-  const at::Tensor x_src = unit_column_stride(x_src_in);
-  const at::Tensor x_dst = unit_column_stride(x_dst_in);
-  const at::Tensor score_grad = score_grad_in.contiguous();
-  const at::Tensor adj = excluded_adj.contiguous();
-  const at::Tensor row_ptr = row_ptr_in.contiguous();
+  const loss::Call call = loss::prepare_call(
+      "edge_dot_loss_grad", x_src_in, x_dst_in, src_index, dst_index, seed, excluded_adj,
+      row_ptr_in, num_negatives, num_src_nodes, num_dst_nodes, self_loops, negatives, loss,
+      reduction, &grad_loss, &score_grad_in);
+  const at::Tensor &x_src = call.x_src, &x_dst = call.x_dst, &score_grad = call.score_grad;
+  const int64_t num_edges = call.num_edges, width = call.width;
   const int64_t feat_dim = x_src.size(1);
   const at::Tensor scale_in = grad_loss.to(at::toOpMathType(x_src.scalar_type()));
   at::Tensor grads[2];
@@ -429,12 +419,9 @@ std::tuple<at::Tensor, at::Tensor> edge_dot_loss_grad_cuda(
   if (num_pairs > 0 && (needs_src || needs_dst)) {
     const int64_t* seed_ptr = nullptr;
     at::Tensor bucket;
-    const Space sp = device_space(space0, adj, row_ptr, seed, &seed_ptr, bucket);
+    const Space sp = device_space(call, seed, &seed_ptr, bucket);
     const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
-    const double count = options.mean ? static_cast<double>(
-                                            num_edges * loss::terms_per_positive(options.loss,
-                                                                                 num_negatives))
-                                      : 0.0;
+    const double count = call.options.mean ? static_cast<double>(call.num_terms) : 0.0;
     // Chunks as the composite's: max(2^24 pairs, the gradients' bytes / 48), whole positives.
     const int64_t grad_bytes = (x_src.numel() + x_dst.numel()) * x_src.element_size();
     const int64_t chunk_pos = std::max<int64_t>(
