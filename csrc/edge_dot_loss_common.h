@@ -6,9 +6,11 @@
 #pragma once
 
 #include <ATen/ATen.h>
+#include <torch/library.h>
 
 #include <cmath>
 #include <cstdint>
+#include <tuple>
 
 #include "check.h"
 #include "common.h"
@@ -285,9 +287,11 @@ inline void check_grad_args(const char* op, const at::Tensor& grad_loss,
 struct Call {
   Options options;
   Space space;
-  at::Tensor x_src, x_dst;   // unit column stride
-  at::Tensor adj, row_ptr;   // contiguous
-  at::Tensor score_grad;     // edge_dot_loss_grad: contiguous; undefined for edge_dot_loss
+  at::Tensor x_src, x_dst;                // unit column stride
+  at::Tensor src_index, dst_index, seed;  // as given
+  at::Tensor adj, row_ptr;                // contiguous
+  at::Tensor grad_loss;   // edge_dot_loss_grad: as given; undefined for edge_dot_loss
+  at::Tensor score_grad;  // edge_dot_loss_grad: contiguous; undefined for edge_dot_loss
   int64_t num_edges;
   int64_t width;             // 1 + num_negatives: the pairs of a positive
   int64_t num_terms;         // num_edges * terms_per_positive: what "mean" divides by
@@ -316,10 +320,60 @@ inline Call prepare_call(const char* op, const at::Tensor& x_src, const at::Tens
   }
   call.x_src = unit_column_stride(x_src);
   call.x_dst = unit_column_stride(x_dst);
-  if (score_grad != nullptr) call.score_grad = score_grad->contiguous();
+  call.src_index = src_index;
+  call.dst_index = dst_index;
+  call.seed = seed;
+  if (score_grad != nullptr) {
+    call.grad_loss = *grad_loss;
+    call.score_grad = score_grad->contiguous();
+  }
   call.adj = excluded_adj.contiguous();
   call.row_ptr = row_ptr.contiguous();
   return call;
+}
+
+// ---------------------------------------------------------------------------------------
+// Op entry points: the prelude, then a backend's kernel. A backend registers its kernels with
+// impl_loss_ops (as common.h's impl_edge_dot_ops), so both backends check alike.
+// ---------------------------------------------------------------------------------------
+
+// edge_dot_loss: (loss, first_bad, score_grad).
+using LossKernel = std::tuple<at::Tensor, at::Tensor, at::Tensor> (*)(const Call& call);
+
+// edge_dot_loss_grad: (grad_src, grad_dst), each [0, D] unless asked for.
+using LossGradKernel = std::tuple<at::Tensor, at::Tensor> (*)(const Call& call, bool needs_src,
+                                                             bool needs_dst);
+
+template <LossKernel kernel>
+std::tuple<at::Tensor, at::Tensor, at::Tensor> edge_dot_loss_op(
+    const at::Tensor& x_src, const at::Tensor& x_dst, const at::Tensor& src_index,
+    const at::Tensor& dst_index, const at::Tensor& seed, const at::Tensor& excluded_adj,
+    const at::Tensor& row_ptr, int64_t num_negatives, int64_t num_src_nodes,
+    int64_t num_dst_nodes, bool self_loops, c10::string_view negatives, c10::string_view loss,
+    c10::string_view reduction) {
+  return kernel(prepare_call("edge_dot_loss", x_src, x_dst, src_index, dst_index, seed,
+                             excluded_adj, row_ptr, num_negatives, num_src_nodes, num_dst_nodes,
+                             self_loops, negatives, loss, reduction));
+}
+
+template <LossGradKernel kernel>
+std::tuple<at::Tensor, at::Tensor> edge_dot_loss_grad_op(
+    const at::Tensor& grad_loss, const at::Tensor& score_grad, const at::Tensor& x_src,
+    const at::Tensor& x_dst, const at::Tensor& src_index, const at::Tensor& dst_index,
+    const at::Tensor& seed, const at::Tensor& excluded_adj, const at::Tensor& row_ptr,
+    int64_t num_negatives, int64_t num_src_nodes, int64_t num_dst_nodes, bool self_loops,
+    c10::string_view negatives, c10::string_view loss, c10::string_view reduction,
+    bool needs_src, bool needs_dst) {
+  return kernel(prepare_call("edge_dot_loss_grad", x_src, x_dst, src_index, dst_index, seed,
+                             excluded_adj, row_ptr, num_negatives, num_src_nodes, num_dst_nodes,
+                             self_loops, negatives, loss, reduction, &grad_loss, &score_grad),
+                needs_src, needs_dst);
+}
+
+template <LossKernel forward, LossGradKernel grad>
+void impl_loss_ops(torch::Library& m) {
+  m.impl("edge_dot_loss", &edge_dot_loss_op<forward>);
+  m.impl("edge_dot_loss_grad", &edge_dot_loss_grad_op<grad>);
 }
 
 }  // namespace loss
