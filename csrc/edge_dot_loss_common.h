@@ -1,8 +1,9 @@
 // What the CPU and CUDA kernels of edge_dot_loss share: the negatives' counter-based generator
-// and the loss terms, per element, as __host__ __device__ inline functions, and the host
-// prelude of both ops (the checks at their boundary, the copies the kernels read). The generator is the one pyg_edgedot/ops/edge_dot_loss.py's docstring
-// defines (and implements in torch ops, the composite fallback): the kernels must draw
-// exactly its negatives, bit for bit, so tests compare them with loss_negatives.
+// and the loss terms, per element, as __host__ __device__ inline functions, and both ops' host
+// entry points (the checks at their boundary, the copies the kernels read). The generator is
+// the one pyg_edgedot/ops/edge_dot_loss.py's docstring defines (and implements in torch ops,
+// the composite fallback): the kernels must draw exactly its negatives, bit for bit, so tests
+// compare them with loss_negatives.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -293,8 +294,8 @@ struct Call {
   at::Tensor grad_loss;   // edge_dot_loss_grad: as given; undefined for edge_dot_loss
   at::Tensor score_grad;  // edge_dot_loss_grad: contiguous; undefined for edge_dot_loss
   int64_t num_edges;
-  int64_t width;             // 1 + num_negatives: the pairs of a positive
-  int64_t num_terms;         // num_edges * terms_per_positive: what "mean" divides by
+  int64_t width;      // 1 + num_negatives: the pairs of a positive
+  int64_t num_terms;  // num_edges * terms_per_positive: what "mean" divides by
 };
 
 // Both ops' host prelude: edge_dot_loss with grad_loss and score_grad null,
