@@ -1,16 +1,20 @@
 // What the CPU and CUDA kernels of edge_dot_loss share: the negatives' counter-based generator
-// and the loss terms, per element, as __host__ __device__ inline functions, and the checks at
-// the ops' boundary. The generator is the one pyg_edgedot/ops/edge_dot_loss.py's docstring
-// defines (and implements in torch ops, the composite fallback): the kernels must draw
-// exactly its negatives, bit for bit, so tests compare them with loss_negatives.
+// and the loss terms, per element, as __host__ __device__ inline functions, and both ops' host
+// entry points (the checks at their boundary, the copies the kernels read). The generator is
+// the one pyg_edgedot/ops/edge_dot_loss.py's docstring defines (and implements in torch ops,
+// the composite fallback): the kernels must draw exactly its negatives, bit for bit, so tests
+// compare them with loss_negatives.
 #pragma once
 
 #include <ATen/ATen.h>
+#include <torch/library.h>
 
 #include <cmath>
 #include <cstdint>
+#include <tuple>
 
 #include "check.h"
+#include "common.h"
 #include "counter_rng.h"
 
 namespace pyg_edgedot {
@@ -276,6 +280,101 @@ inline void check_grad_args(const char* op, const at::Tensor& grad_loss,
                         score_grad.scalar_type() == x_src.scalar_type() &&
                         score_grad.device() == x_src.device(),
                     op, ": score_grad must be [E, 1 + num_negatives] in x_src's dtype and device");
+}
+
+// A call's arguments as both backends' kernels read them, after the checks above: the
+// options, the space (pointers, adj index and key unset: each backend sets them), and the
+// copies the kernels need, which must outlive the kernels.
+struct Call {
+  Options options;
+  Space space;
+  at::Tensor x_src, x_dst;                // unit column stride
+  at::Tensor src_index, dst_index, seed;  // as given
+  at::Tensor adj, row_ptr;                // contiguous
+  at::Tensor grad_loss;   // edge_dot_loss_grad: as given; undefined for edge_dot_loss
+  at::Tensor score_grad;  // edge_dot_loss_grad: contiguous; undefined for edge_dot_loss
+  int64_t num_edges;
+  int64_t width;      // 1 + num_negatives: the pairs of a positive
+  int64_t num_terms;  // num_edges * terms_per_positive: what "mean" divides by
+};
+
+// Both ops' host prelude: edge_dot_loss with grad_loss and score_grad null,
+// edge_dot_loss_grad with its own two arguments.
+inline Call prepare_call(const char* op, const at::Tensor& x_src, const at::Tensor& x_dst,
+                         const at::Tensor& src_index, const at::Tensor& dst_index,
+                         const at::Tensor& seed, const at::Tensor& excluded_adj,
+                         const at::Tensor& row_ptr, int64_t num_negatives,
+                         int64_t num_src_nodes, int64_t num_dst_nodes, bool self_loops,
+                         c10::string_view negatives, c10::string_view loss,
+                         c10::string_view reduction, const at::Tensor* grad_loss = nullptr,
+                         const at::Tensor* score_grad = nullptr) {
+  Call call;
+  call.options = parse_options(op, negatives, loss, reduction);
+  call.space = make_space(op, x_src, x_dst, src_index, dst_index, seed, excluded_adj, row_ptr,
+                          num_negatives, num_src_nodes, num_dst_nodes, self_loops,
+                          call.options.structured);
+  call.num_edges = src_index.size(0);
+  call.width = 1 + num_negatives;
+  call.num_terms = call.num_edges * terms_per_positive(call.options.loss, num_negatives);
+  if (score_grad != nullptr) {
+    check_grad_args(op, *grad_loss, *score_grad, x_src, call.num_edges, call.width);
+  }
+  call.x_src = unit_column_stride(x_src);
+  call.x_dst = unit_column_stride(x_dst);
+  call.src_index = src_index;
+  call.dst_index = dst_index;
+  call.seed = seed;
+  if (score_grad != nullptr) {
+    call.grad_loss = *grad_loss;
+    call.score_grad = score_grad->contiguous();
+  }
+  call.adj = excluded_adj.contiguous();
+  call.row_ptr = row_ptr.contiguous();
+  return call;
+}
+
+// ---------------------------------------------------------------------------------------
+// Op entry points: the prelude, then a backend's kernel. A backend registers its kernels with
+// impl_loss_ops (as common.h's impl_edge_dot_ops), so both backends check alike.
+// ---------------------------------------------------------------------------------------
+
+// edge_dot_loss: (loss, first_bad, score_grad).
+using LossKernel = std::tuple<at::Tensor, at::Tensor, at::Tensor> (*)(const Call& call);
+
+// edge_dot_loss_grad: (grad_src, grad_dst), each [0, D] unless asked for.
+using LossGradKernel = std::tuple<at::Tensor, at::Tensor> (*)(const Call& call, bool needs_src,
+                                                             bool needs_dst);
+
+template <LossKernel kernel>
+std::tuple<at::Tensor, at::Tensor, at::Tensor> edge_dot_loss_op(
+    const at::Tensor& x_src, const at::Tensor& x_dst, const at::Tensor& src_index,
+    const at::Tensor& dst_index, const at::Tensor& seed, const at::Tensor& excluded_adj,
+    const at::Tensor& row_ptr, int64_t num_negatives, int64_t num_src_nodes,
+    int64_t num_dst_nodes, bool self_loops, c10::string_view negatives, c10::string_view loss,
+    c10::string_view reduction) {
+  return kernel(prepare_call("edge_dot_loss", x_src, x_dst, src_index, dst_index, seed,
+                             excluded_adj, row_ptr, num_negatives, num_src_nodes, num_dst_nodes,
+                             self_loops, negatives, loss, reduction));
+}
+
+template <LossGradKernel kernel>
+std::tuple<at::Tensor, at::Tensor> edge_dot_loss_grad_op(
+    const at::Tensor& grad_loss, const at::Tensor& score_grad, const at::Tensor& x_src,
+    const at::Tensor& x_dst, const at::Tensor& src_index, const at::Tensor& dst_index,
+    const at::Tensor& seed, const at::Tensor& excluded_adj, const at::Tensor& row_ptr,
+    int64_t num_negatives, int64_t num_src_nodes, int64_t num_dst_nodes, bool self_loops,
+    c10::string_view negatives, c10::string_view loss, c10::string_view reduction,
+    bool needs_src, bool needs_dst) {
+  return kernel(prepare_call("edge_dot_loss_grad", x_src, x_dst, src_index, dst_index, seed,
+                             excluded_adj, row_ptr, num_negatives, num_src_nodes, num_dst_nodes,
+                             self_loops, negatives, loss, reduction, &grad_loss, &score_grad),
+                needs_src, needs_dst);
+}
+
+template <LossKernel forward, LossGradKernel grad>
+void impl_loss_ops(torch::Library& m) {
+  m.impl("edge_dot_loss", &edge_dot_loss_op<forward>);
+  m.impl("edge_dot_loss_grad", &edge_dot_loss_grad_op<grad>);
 }
 
 }  // namespace loss

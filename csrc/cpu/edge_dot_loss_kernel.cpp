@@ -205,11 +205,11 @@ std::vector<int64_t> build_adj_index(const at::Tensor& adj, int64_t num_ranks,
 
 // What both ops read: the op's arguments as Args, the seed read from its CPU tensor.
 template <typename scalar_t, typename index_t>
-Args<scalar_t, index_t> make_args(const at::Tensor& x_src, const at::Tensor& x_dst,
-                                  const at::Tensor& src_index, const at::Tensor& dst_index,
-                                  const at::Tensor& seed, const at::Tensor& adj,
-                                  const at::Tensor& row_ptr, Space space,
-                                  const loss::AdjIndex& index) {
+Args<scalar_t, index_t> make_args(const loss::Call& call, const loss::AdjIndex& index) {
+  const at::Tensor &x_src = call.x_src, &x_dst = call.x_dst;
+  const at::Tensor &src_index = call.src_index, &dst_index = call.dst_index;
+  const at::Tensor &adj = call.adj, &row_ptr = call.row_ptr;
+  Space space = call.space;
   Args<scalar_t, index_t> p;
   p.src_rows = x_src.const_data_ptr<scalar_t>();
   p.dst_rows = x_dst.const_data_ptr<scalar_t>();
@@ -226,29 +226,17 @@ Args<scalar_t, index_t> make_args(const at::Tensor& x_src, const at::Tensor& x_d
   space.adj = adj.const_data_ptr<int64_t>();
   space.row_ptr = row_ptr.numel() > 0 ? row_ptr.const_data_ptr<int64_t>() : nullptr;
   space.adj_index = index;
-  space.key = loss::mix64(static_cast<uint64_t>(seed.item<int64_t>()));
+  space.key = loss::mix64(static_cast<uint64_t>(call.seed.item<int64_t>()));
   p.space = space;
   return p;
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor> edge_dot_loss_cpu(
-    const at::Tensor& x_src_in, const at::Tensor& x_dst_in, const at::Tensor& src_index,
-    const at::Tensor& dst_index, const at::Tensor& seed, const at::Tensor& excluded_adj,
-    const at::Tensor& row_ptr_in, int64_t num_negatives, int64_t num_src_nodes,
-    int64_t num_dst_nodes, bool self_loops, c10::string_view negatives, c10::string_view loss,
-    c10::string_view reduction) {
-  const char* op = "edge_dot_loss";
-  const loss::Options options = loss::parse_options(op, negatives, loss, reduction);
-  const Space space = loss::make_space(op, x_src_in, x_dst_in, src_index, dst_index, seed,
-                                       excluded_adj, row_ptr_in, num_negatives, num_src_nodes,
-                                       num_dst_nodes, self_loops, options.structured);
-  const at::Tensor x_src = unit_column_stride(x_src_in);
-  const at::Tensor x_dst = unit_column_stride(x_dst_in);
-  const at::Tensor adj = excluded_adj.contiguous();
-  const at::Tensor row_ptr = row_ptr_in.contiguous();
+std::tuple<at::Tensor, at::Tensor, at::Tensor> edge_dot_loss_cpu(const loss::Call& call) {
+  const loss::Options& options = call.options;
+  const at::Tensor &x_src = call.x_src, &src_index = call.src_index;
+  const int64_t num_edges = call.num_edges, width = call.width;
   loss::AdjIndex index;
-  const std::vector<int64_t> buckets = build_adj_index(adj, space.num_ranks, index);
-  const int64_t num_edges = src_index.size(0), width = 1 + num_negatives;
+  const std::vector<int64_t> buckets = build_adj_index(call.adj, call.space.num_ranks, index);
   at::Tensor score_grad = at::empty({num_edges, width}, x_src.options());
   const int64_t block_pos = std::max<int64_t>(1, kBlockPairs / width);
   const int64_t num_blocks = (num_edges + block_pos - 1) / block_pos;
@@ -259,8 +247,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> edge_dot_loss_cpu(
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x_src.scalar_type(), "edge_dot_loss_cpu", [&] {
     AT_DISPATCH_INDEX_TYPES(src_index.scalar_type(), "edge_dot_loss_cpu", [&] {
       using acc_t = at::opmath_type<scalar_t>;
-      const auto p = make_args<scalar_t, index_t>(x_src, x_dst, src_index, dst_index, seed,
-                                                  adj, row_ptr, space, index);
+      const auto p = make_args<scalar_t, index_t>(call, index);
       scalar_t* grad_ptr = score_grad.mutable_data_ptr<scalar_t>();
       auto block = &forward_block_baseline<scalar_t, index_t>;
 #if PYG_EDGEDOT_AVX2_CLONE
@@ -278,10 +265,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> edge_dot_loss_cpu(
     });
   });
   for (const double part : partial) total += part;  // block order: the same on any threads
-  if (options.mean) {
-    total /= static_cast<double>(num_edges * loss::terms_per_positive(options.loss,
-                                                                      num_negatives));
-  }
+  if (options.mean) total /= static_cast<double>(call.num_terms);
   at::Tensor out = at::scalar_tensor(total, x_src.options().dtype(acc_type))
                        .to(x_src.scalar_type());
   const int64_t bad = first_bad.load();
@@ -408,25 +392,10 @@ void edge_dot_loss_grad_cpu_impl(const Args<scalar_t, index_t>& p, const at::Ten
   }
 }
 
-std::tuple<at::Tensor, at::Tensor> edge_dot_loss_grad_cpu(
-    const at::Tensor& grad_loss, const at::Tensor& score_grad_in, const at::Tensor& x_src_in,
-    const at::Tensor& x_dst_in, const at::Tensor& src_index, const at::Tensor& dst_index,
-    const at::Tensor& seed, const at::Tensor& excluded_adj, const at::Tensor& row_ptr_in,
-    int64_t num_negatives, int64_t num_src_nodes, int64_t num_dst_nodes, bool self_loops,
-    c10::string_view negatives, c10::string_view loss, c10::string_view reduction,
-    bool needs_src, bool needs_dst) {
-  const char* op = "edge_dot_loss_grad";
-  const loss::Options options = loss::parse_options(op, negatives, loss, reduction);
-  const Space space = loss::make_space(op, x_src_in, x_dst_in, src_index, dst_index, seed,
-                                       excluded_adj, row_ptr_in, num_negatives, num_src_nodes,
-                                       num_dst_nodes, self_loops, options.structured);
-  const int64_t num_edges = src_index.size(0), width = 1 + num_negatives;
-  loss::check_grad_args(op, grad_loss, score_grad_in, x_src_in, num_edges, width);
-  const at::Tensor x_src = unit_column_stride(x_src_in);
-  const at::Tensor x_dst = unit_column_stride(x_dst_in);
-  const at::Tensor score_grad = score_grad_in.contiguous();
-  const at::Tensor adj = excluded_adj.contiguous();
-  const at::Tensor row_ptr = row_ptr_in.contiguous();
+std::tuple<at::Tensor, at::Tensor> edge_dot_loss_grad_cpu(const loss::Call& call,
+                                                          bool needs_src, bool needs_dst) {
+  const at::Tensor &x_src = call.x_src, &x_dst = call.x_dst;
+  const int64_t num_edges = call.num_edges;
   const int64_t feat_dim = x_src.size(1);
   const auto acc_type = at::toOpMathType(x_src.scalar_type());
   const auto acc_options = x_src.options().dtype(acc_type);
@@ -436,19 +405,16 @@ std::tuple<at::Tensor, at::Tensor> edge_dot_loss_grad_cpu(
                                   : at::Tensor();
   if (num_edges > 0 && feat_dim > 0 && (needs_src || needs_dst)) {
     loss::AdjIndex index;
-    const std::vector<int64_t> buckets = build_adj_index(adj, space.num_ranks, index);
+    const std::vector<int64_t> buckets = build_adj_index(call.adj, call.space.num_ranks,
+                                                         index);
     AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x_src.scalar_type(), "edge_dot_loss_cpu", [&] {
-      AT_DISPATCH_INDEX_TYPES(src_index.scalar_type(), "edge_dot_loss_cpu", [&] {
+      AT_DISPATCH_INDEX_TYPES(call.src_index.scalar_type(), "edge_dot_loss_cpu", [&] {
         using acc_t = at::opmath_type<scalar_t>;
-        const auto p = make_args<scalar_t, index_t>(x_src, x_dst, src_index, dst_index, seed,
-                                                    adj, row_ptr, space, index);
+        const auto p = make_args<scalar_t, index_t>(call, index);
         // as the composite: grad_loss in opmath, divided by the count in opmath for "mean"
-        acc_t scale = grad_loss.to(acc_type).item<acc_t>();
-        if (options.mean) {
-          scale = scale / static_cast<acc_t>(
-                              num_edges * loss::terms_per_positive(options.loss, num_negatives));
-        }
-        edge_dot_loss_grad_cpu_impl<scalar_t, index_t>(p, score_grad, scale, grad_src,
+        acc_t scale = call.grad_loss.to(acc_type).item<acc_t>();
+        if (call.options.mean) scale = scale / static_cast<acc_t>(call.num_terms);
+        edge_dot_loss_grad_cpu_impl<scalar_t, index_t>(p, call.score_grad, scale, grad_src,
                                                        grad_dst);
       });
     });
@@ -463,8 +429,7 @@ std::tuple<at::Tensor, at::Tensor> edge_dot_loss_grad_cpu(
 }  // namespace
 
 TORCH_LIBRARY_IMPL(pyg_edgedot, CPU, m) {
-  m.impl("edge_dot_loss", &edge_dot_loss_cpu);
-  m.impl("edge_dot_loss_grad", &edge_dot_loss_grad_cpu);
+  loss::impl_loss_ops<&edge_dot_loss_cpu, &edge_dot_loss_grad_cpu>(m);
 }
 
 }  // namespace pyg_edgedot

@@ -272,8 +272,9 @@ at::Tensor build_adj_index(const at::Tensor& adj, int64_t num_ranks, loss::AdjIn
 
 // The space's device pointers and seed: a CPU seed is read here (no synchronization), a
 // device seed in the kernels. `bucket` holds the adj index the space points to.
-Space device_space(Space sp, const at::Tensor& adj, const at::Tensor& row_ptr,
-                   const at::Tensor& seed, const int64_t** seed_ptr, at::Tensor& bucket) {
+Space device_space(const loss::Call& call, const int64_t** seed_ptr, at::Tensor& bucket) {
+  const at::Tensor &adj = call.adj, &row_ptr = call.row_ptr, &seed = call.seed;
+  Space sp = call.space;
   sp.adj = adj.const_data_ptr<int64_t>();
   sp.row_ptr = row_ptr.numel() > 0 ? row_ptr.const_data_ptr<int64_t>() : nullptr;
   bucket = build_adj_index(adj, sp.num_ranks, sp.adj_index,
@@ -287,37 +288,23 @@ Space device_space(Space sp, const at::Tensor& adj, const at::Tensor& row_ptr,
   return sp;
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor> edge_dot_loss_cuda(
-    const at::Tensor& x_src_in, const at::Tensor& x_dst_in, const at::Tensor& src_index,
-    const at::Tensor& dst_index, const at::Tensor& seed, const at::Tensor& excluded_adj,
-    const at::Tensor& row_ptr_in, int64_t num_negatives, int64_t num_src_nodes,
-    int64_t num_dst_nodes, bool self_loops, c10::string_view negatives, c10::string_view loss,
-    c10::string_view reduction) {
-  const char* op = "edge_dot_loss";
-  const c10::cuda::OptionalCUDAGuard guard(x_src_in.device());
-  const loss::Options options = loss::parse_options(op, negatives, loss, reduction);
-  const Space space0 = loss::make_space(op, x_src_in, x_dst_in, src_index, dst_index, seed,
-                                        excluded_adj, row_ptr_in, num_negatives, num_src_nodes,
-                                        num_dst_nodes, self_loops, options.structured);
-  const at::Tensor x_src = unit_column_stride(x_src_in);
-  const at::Tensor x_dst = unit_column_stride(x_dst_in);
-  const at::Tensor adj = excluded_adj.contiguous();
-  const at::Tensor row_ptr = row_ptr_in.contiguous();
-  const int64_t num_edges = src_index.size(0), width = 1 + num_negatives;
+std::tuple<at::Tensor, at::Tensor, at::Tensor> edge_dot_loss_cuda(const loss::Call& call) {
+  const c10::cuda::OptionalCUDAGuard guard(call.x_src.device());
+  const loss::Options& options = call.options;
+  const at::Tensor &x_src = call.x_src, &x_dst = call.x_dst;
+  const at::Tensor &src_index = call.src_index, &dst_index = call.dst_index;
+  const int64_t num_edges = call.num_edges, width = call.width;
   at::Tensor score_grad = at::empty({num_edges, width}, x_src.options());
   at::Tensor first_bad = new_first_bad(x_src);
   at::Tensor out = at::empty({}, x_src.options());
-  const double count = options.mean ? static_cast<double>(
-                                          num_edges * loss::terms_per_positive(options.loss,
-                                                                               num_negatives))
-                                    : 0.0;
+  const double count = options.mean ? static_cast<double>(call.num_terms) : 0.0;
   if (num_edges == 0) {
     out.fill_(options.mean ? std::numeric_limits<double>::quiet_NaN() : 0.0);
     return {out, first_bad, score_grad};
   }
   const int64_t* seed_ptr = nullptr;
   at::Tensor bucket;
-  const Space sp = device_space(space0, adj, row_ptr, seed, &seed_ptr, bucket);
+  const Space sp = device_space(call, &seed_ptr, bucket);
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   const int64_t num_tiles = (num_edges + kTile - 1) / kTile;
   at::Tensor partial = at::empty({num_tiles}, x_src.options().dtype(at::kDouble));
@@ -402,39 +389,22 @@ void accumulate(at::Tensor& total, const at::Tensor& part) {
   total.add_(part);
 }
 
-std::tuple<at::Tensor, at::Tensor> edge_dot_loss_grad_cuda(
-    const at::Tensor& grad_loss, const at::Tensor& score_grad_in, const at::Tensor& x_src_in,
-    const at::Tensor& x_dst_in, const at::Tensor& src_index, const at::Tensor& dst_index,
-    const at::Tensor& seed, const at::Tensor& excluded_adj, const at::Tensor& row_ptr_in,
-    int64_t num_negatives, int64_t num_src_nodes, int64_t num_dst_nodes, bool self_loops,
-    c10::string_view negatives, c10::string_view loss, c10::string_view reduction,
-    bool needs_src, bool needs_dst) {
-  const char* op = "edge_dot_loss_grad";
-  const c10::cuda::OptionalCUDAGuard guard(x_src_in.device());
-  const loss::Options options = loss::parse_options(op, negatives, loss, reduction);
-  const Space space0 = loss::make_space(op, x_src_in, x_dst_in, src_index, dst_index, seed,
-                                        excluded_adj, row_ptr_in, num_negatives, num_src_nodes,
-                                        num_dst_nodes, self_loops, options.structured);
-  const int64_t num_edges = src_index.size(0), width = 1 + num_negatives;
-  loss::check_grad_args(op, grad_loss, score_grad_in, x_src_in, num_edges, width);
-  const at::Tensor x_src = unit_column_stride(x_src_in);
-  const at::Tensor x_dst = unit_column_stride(x_dst_in);
-  const at::Tensor score_grad = score_grad_in.contiguous();
-  const at::Tensor adj = excluded_adj.contiguous();
-  const at::Tensor row_ptr = row_ptr_in.contiguous();
+std::tuple<at::Tensor, at::Tensor> edge_dot_loss_grad_cuda(const loss::Call& call,
+                                                           bool needs_src, bool needs_dst) {
+  const c10::cuda::OptionalCUDAGuard guard(call.x_src.device());
+  const at::Tensor &x_src = call.x_src, &x_dst = call.x_dst, &score_grad = call.score_grad;
+  const at::Tensor &src_index = call.src_index, &dst_index = call.dst_index;
+  const int64_t num_edges = call.num_edges, width = call.width;
   const int64_t feat_dim = x_src.size(1);
-  const at::Tensor scale_in = grad_loss.to(at::toOpMathType(x_src.scalar_type()));
+  const at::Tensor scale_in = call.grad_loss.to(at::toOpMathType(x_src.scalar_type()));
   at::Tensor grads[2];
   const int64_t num_pairs = num_edges * width;
   if (num_pairs > 0 && (needs_src || needs_dst)) {
     const int64_t* seed_ptr = nullptr;
     at::Tensor bucket;
-    const Space sp = device_space(space0, adj, row_ptr, seed, &seed_ptr, bucket);
+    const Space sp = device_space(call, &seed_ptr, bucket);
     const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
-    const double count = options.mean ? static_cast<double>(
-                                            num_edges * loss::terms_per_positive(options.loss,
-                                                                                 num_negatives))
-                                      : 0.0;
+    const double count = call.options.mean ? static_cast<double>(call.num_terms) : 0.0;
     // Chunks as the composite's: max(2^24 pairs, the gradients' bytes / 48), whole positives.
     const int64_t grad_bytes = (x_src.numel() + x_dst.numel()) * x_src.element_size();
     const int64_t chunk_pos = std::max<int64_t>(
@@ -491,8 +461,7 @@ std::tuple<at::Tensor, at::Tensor> edge_dot_loss_grad_cuda(
 }  // namespace
 
 TORCH_LIBRARY_IMPL(pyg_edgedot, CUDA, m) {
-  m.impl("edge_dot_loss", &edge_dot_loss_cuda);
-  m.impl("edge_dot_loss_grad", &edge_dot_loss_grad_cuda);
+  loss::impl_loss_ops<&edge_dot_loss_cuda, &edge_dot_loss_grad_cuda>(m);
 }
 
 }  // namespace pyg_edgedot
