@@ -271,18 +271,27 @@ struct FusedLists {
   }
 };
 
+// What a walk reads: the feature rows and the excluded destinations its merge checks. Built
+// in the kernel from its __restrict__ parameters; the walks are inlined, so the loads keep
+// their no-alias guarantee.
+template <typename scalar_t>
+struct WalkRows {
+  const scalar_t* x_src;
+  int64_t src_row_stride;
+  const scalar_t* x_dst;
+  int64_t dst_row_stride;
+  int64_t num_dst;
+  int64_t feat_dim;
+  const int64_t* excl_dst;
+};
+
 // The SIMT walk (float32; float16 / bfloat16 before sm_80) of one row tile over every
 // destination tile: the sources staged once, [dim_pad][kBM] in float32, each destination tile
 // kBK features at a time, 16 x 16 threads of 4 x 4 float32 FMAs in ascending feature order.
 template <typename scalar_t>
 __device__ __forceinline__ void simt_walk(const FusedLists& lists, unsigned char* smem,
                                           const FusedLayout& layout,
-                                          const scalar_t* __restrict__ x_src,
-                                          int64_t src_row_stride,
-                                          const scalar_t* __restrict__ x_dst,
-                                          int64_t dst_row_stride, int64_t num_dst,
-                                          int64_t feat_dim, int64_t dim_pad,
-                                          const int64_t* __restrict__ excl_dst) {
+                                          const WalkRows<scalar_t>& rows, int64_t dim_pad) {
   float* src_stage = shared_at<float>(smem, layout.src_stage);   // [dim_pad][kBM + kPad]
   float* dst_stage = shared_at<float>(smem, layout.dst_stage);   // [kBK][kBN + kPad]
   const int tid = threadIdx.x;
@@ -295,12 +304,14 @@ __device__ __forceinline__ void simt_walk(const FusedLists& lists, unsigned char
     const int64_t d = e % dim_pad;
     const int64_t s = lists.row_src[r];
     float v = 0.f;
-    if (s >= 0 && d < feat_dim) v = static_cast<float>(x_src[s * src_row_stride + d]);
+    if (s >= 0 && d < rows.feat_dim) {
+      v = static_cast<float>(rows.x_src[s * rows.src_row_stride + d]);
+    }
     src_stage[d * kSrcStride + r] = v;
   }
   // (the barrier at the top of the first slice orders these writes before their reads)
 
-  for (int64_t j0 = 0; j0 < num_dst; j0 += kBN) {
+  for (int64_t j0 = 0; j0 < rows.num_dst; j0 += kBN) {
     float acc[kMicro][kMicro];
 #pragma unroll
     for (int i = 0; i < kMicro; ++i) {
@@ -315,7 +326,9 @@ __device__ __forceinline__ void simt_walk(const FusedLists& lists, unsigned char
         const int c = e / kBK, d = e % kBK;
         const int64_t j = j0 + c, f = d0 + d;
         float v = 0.f;
-        if (j < num_dst && f < feat_dim) v = static_cast<float>(x_dst[j * dst_row_stride + f]);
+        if (j < rows.num_dst && f < rows.feat_dim) {
+          v = static_cast<float>(rows.x_dst[j * rows.dst_row_stride + f]);
+        }
         dst_stage[d * kDstStride + c] = v;
       }
       __syncthreads();
@@ -341,11 +354,11 @@ __device__ __forceinline__ void simt_walk(const FusedLists& lists, unsigned char
       const int32_t ti = lists.thr_index[r];
 #pragma unroll
       for (int j = 0; j < kMicro; ++j) {
-        lists.offer(acc[i][j], r, tx * kMicro + j, j0, num_dst, tk, ti);
+        lists.offer(acc[i][j], r, tx * kMicro + j, j0, rows.num_dst, tk, ti);
       }
     }
     __syncthreads();
-    if (tid < kBM) lists.merge(tid, excl_dst, j0);
+    if (tid < kBM) lists.merge(tid, rows.excl_dst, j0);
     // (the barrier at the top of the next tile's first slice orders the merge before the
     // next compare)
   }
@@ -510,24 +523,21 @@ __device__ __forceinline__ void mma_step(float (&acc)[4][4], const uint32_t (&a)
 template <typename scalar_t>
 __device__ __forceinline__ void mma_walk(const FusedLists& lists, unsigned char* smem,
                                          const FusedLayout& layout,
-                                         const scalar_t* __restrict__ x_src,
-                                         int64_t src_row_stride,
-                                         const scalar_t* __restrict__ x_dst,
-                                         int64_t dst_row_stride, int64_t num_dst,
-                                         int64_t feat_dim, int dim_pad, bool dst_vec,
-                                         const int64_t* __restrict__ excl_dst) {
+                                         const WalkRows<scalar_t>& rows, int dim_pad,
+                                         bool dst_vec) {
   const int ld = dim_pad + kMmaPad;
   constexpr int kBytes = sizeof(uint16_t);
   uint16_t* src_stage = shared_at<uint16_t>(smem, layout.src_stage);   // [kBM][ld]
   uint16_t* dst_stage = shared_at<uint16_t>(smem, layout.dst_stage);   // 2 x [kBN][ld]
-  const auto* src_bits = reinterpret_cast<const uint16_t*>(x_src);
-  const auto* dst_bits = reinterpret_cast<const uint16_t*>(x_dst);
+  const auto* src_bits = reinterpret_cast<const uint16_t*>(rows.x_src);
+  const auto* dst_bits = reinterpret_cast<const uint16_t*>(rows.x_dst);
   const int tid = threadIdx.x, lane = tid % kWarp, warp = tid / kWarp;
   const int wm = warp % 4 * 16, wn = warp / 4 * 32;
   const CellWalk dst_cells(dst_vec ? dim_pad / 8 : dim_pad);
-  stage_rows16(src_stage, ld, CellWalk(dim_pad), feat_dim, src_bits, src_row_stride,
+  stage_rows16(src_stage, ld, CellWalk(dim_pad), rows.feat_dim, src_bits, rows.src_row_stride,
                [&](int r) { return lists.row_src[r]; });
-  stage_dst16(dst_stage, ld, dst_cells, feat_dim, dst_bits, dst_row_stride, 0, num_dst, dst_vec);
+  stage_dst16(dst_stage, ld, dst_cells, rows.feat_dim, dst_bits, rows.dst_row_stride, 0,
+              rows.num_dst, dst_vec);
   cp_async_wait_all();
   __syncthreads();
   // ldmatrix rows: lane l reads source wm + l % 16 at feature 8 (l / 16) (a, a0..a3 of the
@@ -542,12 +552,12 @@ __device__ __forceinline__ void mma_walk(const FusedLists& lists, unsigned char*
   }
   const int g = lane / 4, t = lane % 4;
   int buf = 0;
-  for (int64_t j0 = 0; j0 < num_dst; j0 += kBN, buf ^= 1) {
+  for (int64_t j0 = 0; j0 < rows.num_dst; j0 += kBN, buf ^= 1) {
     // The other buffer was last read by the previous tile's product, before the barrier that
     // ended it.
-    if (j0 + kBN < num_dst) {
-      stage_dst16(dst_stage + (buf ^ 1) * kBN * ld, ld, dst_cells, feat_dim, dst_bits,
-                  dst_row_stride, j0 + kBN, num_dst, dst_vec);
+    if (j0 + kBN < rows.num_dst) {
+      stage_dst16(dst_stage + (buf ^ 1) * kBN * ld, ld, dst_cells, rows.feat_dim, dst_bits,
+                  rows.dst_row_stride, j0 + kBN, rows.num_dst, dst_vec);
     }
     const uint32_t b_addr = shared_u32(dst_stage + buf * kBN * ld) + b_off;
     float acc[4][4] = {};
@@ -576,12 +586,13 @@ __device__ __forceinline__ void mma_walk(const FusedLists& lists, unsigned char*
       for (int nt = 0; nt < 4; ++nt) {
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          lists.offer(acc[nt][2 * h + e], r, wn + nt * 8 + 2 * t + e, j0, num_dst, tk, ti);
+          lists.offer(acc[nt][2 * h + e], r, wn + nt * 8 + 2 * t + e, j0, rows.num_dst, tk,
+                      ti);
         }
       }
     }
     __syncthreads();
-    if (tid < kBM) lists.merge(tid, excl_dst, j0);
+    if (tid < kBM) lists.merge(tid, rows.excl_dst, j0);
     cp_async_wait_all();
     __syncthreads();   // the next tile is staged and the merge done
   }
@@ -614,12 +625,12 @@ __global__ void __launch_bounds__(kFusedThreads, kMma ? 3 : 0)
       lists.setup(tid, s, excl_ptr, num_excl);
     }
     __syncthreads();
+    const WalkRows<scalar_t> rows{x_src,   src_row_stride, x_dst,   dst_row_stride,
+                                  num_dst, feat_dim,       excl_dst};
     if constexpr (kMma) {
-      mma_walk<scalar_t>(lists, smem, layout, x_src, src_row_stride, x_dst, dst_row_stride,
-                         num_dst, feat_dim, static_cast<int>(dim_pad), dst_vec, excl_dst);
+      mma_walk<scalar_t>(lists, smem, layout, rows, static_cast<int>(dim_pad), dst_vec);
     } else {
-      simt_walk<scalar_t>(lists, smem, layout, x_src, src_row_stride, x_dst, dst_row_stride,
-                          num_dst, feat_dim, dim_pad, excl_dst);
+      simt_walk<scalar_t>(lists, smem, layout, rows, dim_pad);
     }
     __syncthreads();
     lists.write<scalar_t>(n0, num_rows - n0 < kBM ? num_rows - n0 : kBM, k, num_dst, scores_out,
