@@ -33,17 +33,23 @@ def as_plain_index(index: Tensor) -> Tensor:
     return index
 
 
+def check_tensor(op: str, name: str, value: object, ndim: int, shape: str,
+                 dtypes: Sequence[torch.dtype], dtype_text: str) -> None:
+    """``value`` a Tensor of ``ndim`` dimensions (``shape`` says which, e.g. "2-D [N, D]")
+    and one of ``dtypes`` (``dtype_text`` names them)."""
+    if not isinstance(value, Tensor):
+        raise TypeError(f"{op}: {name} must be a Tensor (got {type(value).__name__})")
+    if value.dim() != ndim:
+        raise ValueError(f"{op}: {name} must be {shape} (got shape {tuple(value.shape)})")
+    if value.dtype not in dtypes:
+        raise TypeError(f"{op}: {name} must be {dtype_text} (got {value.dtype})")
+
+
 def check_features(x_src: Tensor, x_dst: Tensor, op: str) -> None:
     """x_src and x_dst: 2-D float tensors of one dtype, device and width."""
     for name, x in (("x_src", x_src), ("x_dst", x_dst)):
-        if not isinstance(x, Tensor):
-            raise TypeError(f"{op}: {name} must be a Tensor (got {type(x).__name__})")
-        if x.dim() != 2:
-            raise ValueError(f"{op}: {name} must be 2-D [num_nodes, feat_dim] "
-                             f"(got shape {tuple(x.shape)})")
-        if x.dtype not in FLOAT_DTYPES:
-            raise TypeError(f"{op}: {name} must be float32, float64, float16 or bfloat16 "
-                            f"(got {x.dtype})")
+        check_tensor(op, name, x, 2, "2-D [num_nodes, feat_dim]", FLOAT_DTYPES,
+                     "float32, float64, float16 or bfloat16")
     check_alike(op, "x_src", x_src, "x_dst", x_dst)
 
 

@@ -880,7 +880,7 @@ GOOD = torch.tensor([[0, 1, 2], [1, 2, 3]])
     (lambda: negative_sampling(GOOD, generator=3), TypeError, "generator must be a torch.Generator"),
     (lambda: NegativeSampler(GOOD, 4).sample(-2), ValueError, "NegativeSampler: num_neg_samples"),
     (lambda: NegativeSampler(GOOD, 4).sample_per_source(GOOD[0], -1), ValueError, "k must be >= 0"),
-    (lambda: NegativeSampler(GOOD, 4).sample_per_source(GOOD, 1), ValueError, r"src_index must have shape \[S\]"),
+    (lambda: NegativeSampler(GOOD, 4).sample_per_source(GOOD, 1), ValueError, r"src_index must be 1-D \[S\]"),
     (lambda: NegativeSampler(GOOD, 4).sample_per_source(torch.tensor([4]), 1), IndexError, "src_index holds 4"),
     (lambda: NegativeSampler(GOOD, 4).sample_per_source(torch.tensor([0.0])), TypeError, "src_index must be int32"),
     (lambda: structured_negative_sampling(GOOD, (4, 4)), TypeError, "num_nodes must be an int"),

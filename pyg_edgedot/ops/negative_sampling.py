@@ -657,15 +657,8 @@ class NegativeSampler:
     def _sample_per_source(self, src_index, k, generator, name) -> Tensor:
         _check_generator(name, generator, self.device)
         k = _as_count(name, "k", k)
-        if not isinstance(src_index, Tensor):
-            raise TypeError(f"{name}: src_index must be a torch.Tensor "
-                            f"(got {type(src_index).__name__})")
-        if src_index.dim() != 1:
-            raise ValueError(f"{name}: src_index must have shape [S] "
-                             f"(got {list(src_index.shape)})")
-        if src_index.dtype not in _INDEX_DTYPES:
-            raise TypeError(f"{name}: src_index must be int32 or int64 "
-                            f"(got {src_index.dtype})")
+        _checks.check_tensor(name, "src_index", src_index, 1, "1-D [S]", _INDEX_DTYPES,
+                             "int32 or int64")
         if src_index.device != self.device:
             raise ValueError(f"{name}: src_index must be on {self.device} "
                              f"(got {src_index.device})")
