@@ -283,65 +283,66 @@ struct WeightedPair {
   acc_t weight;
 };
 
-// Columns [k0, k1) of both gradients from the chunk's pairs, in order.
+// The chunk's pairs and both gradients (either may be null), for scatter_columns.
 template <typename scalar_t>
-PYG_EDGEDOT_INLINE void scatter_columns(
-    const WeightedPair<at::opmath_type<scalar_t>>* pairs, int64_t n, const scalar_t* src_rows,
-    int64_t src_row_stride, const scalar_t* dst_rows, int64_t dst_row_stride,
-    at::opmath_type<scalar_t>* grad_src, at::opmath_type<scalar_t>* grad_dst, int64_t feat_dim,
-    int64_t k0, int64_t k1) {
+struct ScatterArgs {
+  const WeightedPair<at::opmath_type<scalar_t>>* pairs;
+  int64_t n;
+  const scalar_t* src_rows;
+  int64_t src_row_stride;
+  const scalar_t* dst_rows;
+  int64_t dst_row_stride;
+  at::opmath_type<scalar_t>* grad_src;
+  at::opmath_type<scalar_t>* grad_dst;
+  int64_t feat_dim;
+};
+
+// Columns [k0, k1) of both gradients from the chunk's pairs, in order. The arguments come by
+// value, so the loop keeps them in registers whatever the gradient stores might alias.
+template <typename scalar_t>
+PYG_EDGEDOT_INLINE void scatter_columns(const ScatterArgs<scalar_t> a, int64_t k0, int64_t k1) {
   using acc_t = at::opmath_type<scalar_t>;
   const int64_t slice = k1 - k0;
-  const int64_t sides = (grad_src != nullptr) + (grad_dst != nullptr);
+  const int64_t sides = (a.grad_src != nullptr) + (a.grad_dst != nullptr);
   const int64_t ahead = prefetch_distance(sides * slice * (sizeof(scalar_t) + sizeof(acc_t)));
-  for (int64_t i = 0; i < n; ++i) {
-    if (i + ahead < n && pairs[i + ahead].src >= 0) {
-      const int64_t ps = pairs[i + ahead].src, pd = pairs[i + ahead].dst;
-      if (grad_src != nullptr) {
-        prefetch_lines(dst_rows + pd * dst_row_stride + k0, slice * sizeof(scalar_t));
-        prefetch_lines(grad_src + ps * feat_dim + k0, slice * sizeof(acc_t), true);
+  for (int64_t i = 0; i < a.n; ++i) {
+    if (i + ahead < a.n && a.pairs[i + ahead].src >= 0) {
+      const int64_t ps = a.pairs[i + ahead].src, pd = a.pairs[i + ahead].dst;
+      if (a.grad_src != nullptr) {
+        prefetch_lines(a.dst_rows + pd * a.dst_row_stride + k0, slice * sizeof(scalar_t));
+        prefetch_lines(a.grad_src + ps * a.feat_dim + k0, slice * sizeof(acc_t), true);
       }
-      if (grad_dst != nullptr) {
-        prefetch_lines(src_rows + ps * src_row_stride + k0, slice * sizeof(scalar_t));
-        prefetch_lines(grad_dst + pd * feat_dim + k0, slice * sizeof(acc_t), true);
+      if (a.grad_dst != nullptr) {
+        prefetch_lines(a.src_rows + ps * a.src_row_stride + k0, slice * sizeof(scalar_t));
+        prefetch_lines(a.grad_dst + pd * a.feat_dim + k0, slice * sizeof(acc_t), true);
       }
     }
-    const int64_t s = pairs[i].src, d = pairs[i].dst;
+    const int64_t s = a.pairs[i].src, d = a.pairs[i].dst;
     if (s < 0) continue;
-    const acc_t w = pairs[i].weight;
-    if (grad_src != nullptr) {
-      const scalar_t* row = dst_rows + d * dst_row_stride;
-      acc_t* target = grad_src + s * feat_dim;
+    const acc_t w = a.pairs[i].weight;
+    if (a.grad_src != nullptr) {
+      const scalar_t* row = a.dst_rows + d * a.dst_row_stride;
+      acc_t* target = a.grad_src + s * a.feat_dim;
       for (int64_t k = k0; k < k1; ++k) target[k] += w * static_cast<acc_t>(row[k]);
     }
-    if (grad_dst != nullptr) {
-      const scalar_t* row = src_rows + s * src_row_stride;
-      acc_t* target = grad_dst + d * feat_dim;
+    if (a.grad_dst != nullptr) {
+      const scalar_t* row = a.src_rows + s * a.src_row_stride;
+      acc_t* target = a.grad_dst + d * a.feat_dim;
       for (int64_t k = k0; k < k1; ++k) target[k] += w * static_cast<acc_t>(row[k]);
     }
   }
 }
 
 template <typename scalar_t>
-void scatter_columns_baseline(const WeightedPair<at::opmath_type<scalar_t>>* pairs, int64_t n,
-                              const scalar_t* src_rows, int64_t src_row_stride,
-                              const scalar_t* dst_rows, int64_t dst_row_stride,
-                              at::opmath_type<scalar_t>* grad_src,
-                              at::opmath_type<scalar_t>* grad_dst, int64_t feat_dim, int64_t k0,
-                              int64_t k1) {
-  scatter_columns(pairs, n, src_rows, src_row_stride, dst_rows, dst_row_stride, grad_src,
-                  grad_dst, feat_dim, k0, k1);
+void scatter_columns_baseline(const ScatterArgs<scalar_t> a, int64_t k0, int64_t k1) {
+  scatter_columns(a, k0, k1);
 }
 
 #if PYG_EDGEDOT_AVX2_CLONE
 template <typename scalar_t>
-PYG_EDGEDOT_AVX2_TARGET void scatter_columns_avx2(
-    const WeightedPair<at::opmath_type<scalar_t>>* pairs, int64_t n, const scalar_t* src_rows,
-    int64_t src_row_stride, const scalar_t* dst_rows, int64_t dst_row_stride,
-    at::opmath_type<scalar_t>* grad_src, at::opmath_type<scalar_t>* grad_dst, int64_t feat_dim,
-    int64_t k0, int64_t k1) {
-  scatter_columns(pairs, n, src_rows, src_row_stride, dst_rows, dst_row_stride, grad_src,
-                  grad_dst, feat_dim, k0, k1);
+PYG_EDGEDOT_AVX2_TARGET void scatter_columns_avx2(const ScatterArgs<scalar_t> a, int64_t k0,
+                                                  int64_t k1) {
+  scatter_columns(a, k0, k1);
 }
 #endif
 
@@ -381,12 +382,12 @@ void edge_dot_loss_grad_cpu_impl(const Args<scalar_t, index_t>& p, const at::Ten
         pairs[at] = WeightedPair<acc_t>{local[i].src, local[i].dst, w};
       }
     });
-    const int64_t n = (stop - start) * width;
+    const ScatterArgs<scalar_t> args{pairs, (stop - start) * width, p.src_rows, p.src_row_stride,
+                                     p.dst_rows, p.dst_row_stride, gs, gd, feat_dim};
     at::parallel_for(0, num_slices, 1, [&](int64_t first, int64_t last) {
       for (int64_t slice = first; slice < last; ++slice) {
         const int64_t k0 = slice * slice_cols, k1 = std::min(feat_dim, k0 + slice_cols);
-        scatter(pairs, n, p.src_rows, p.src_row_stride, p.dst_rows, p.dst_row_stride, gs, gd,
-                feat_dim, k0, k1);
+        scatter(args, k0, k1);
       }
     });
   }
