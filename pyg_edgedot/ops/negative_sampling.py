@@ -499,7 +499,9 @@ class _KeySpace:
     """Sorted excluded keys + adj for one mode; complement ranks split into blocks.
 
     ``block_key_start`` [B]: first key of each block (one block for a single graph);
-    ``n_src``/``n_dst``: ints, or [B] tensors for a batch.
+    ``n_src``/``n_dst``: ints, or [B] tensors for a batch. One graph's space comes from
+    :meth:`of_graph` and has no block tensors (``mode``, ``n_src``, ``n_dst``, ``excluded``,
+    ``adj``, ``num_free`` only).
     """
 
     def __init__(self, mode: str, src: Tensor, dst: Tensor, n_src, n_dst,
@@ -526,14 +528,14 @@ class _KeySpace:
     @classmethod
     def of_graph(cls, name: str, mode: str, edge_index: Tensor, n_src: int,
                  n_dst: int) -> "_KeySpace":
-        """One graph's key space (a single block; the batch's tensors are not kept), built by
-        the op ``excluded_edge_keys``, which also validates ``edge_index``: the op reads back
-        only the table's size and ``first_bad``, so nothing else here touches the device.
-        Raises :func:`_check_range`'s ``IndexError`` for an index out of range."""
+        """One graph's key space, built by the op ``excluded_edge_keys``, which validates
+        ``edge_index`` on the way: its one host sync reads back the tables' size with
+        ``first_bad`` (a CPU tensor), so the build has no other. For an index out of range,
+        raises :func:`_check_range`'s ``IndexError``."""
         excluded, adj, first_bad = _excluded_edge_keys(edge_index, mode, n_src, n_dst)
         bad = int(first_bad)  # a CPU tensor: no sync
         if bad >= 0:
-            _check_range(name, edge_index, n_src, n_dst)  # the message users always saw
+            _check_range(name, edge_index, n_src, n_dst)
             raise IndexError(f"{name}: edge_index holds an index out of range at edge {bad}")
         space = cls.__new__(cls)
         space.mode, space.n_src, space.n_dst = mode, n_src, n_dst
@@ -590,7 +592,7 @@ class NegativeSampler:
         self.num_edges = int(plain.size(1))
         self.device = plain.device
         self.index_dtype = plain.dtype
-        self._edge_index = plain
+        self._edge_index = plain  # the undirected space is built from it on first use
         mode = _DIRECTED if (bipartite or self.self_loops) else _NO_LOOPS
         # Validates edge_index too (the op reports the first index out of range).
         self._directed = self._space(mode)
