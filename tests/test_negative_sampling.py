@@ -694,6 +694,30 @@ def test_sampler_tables_same_on_every_path(gen, monkeypatch, device, self_loops,
             assert m0 == m1 and f0 == f1 and torch.equal(e0, e1) and torch.equal(a0, a1)
 
 
+@pytest.mark.skipif(not HAS_CUDA, reason="CUDA is not available")
+@pytest.mark.parametrize("dtype", INDEX_DTYPES, ids=dtype_id)
+def test_cuda_sampler_build_syncs_once(gen, dtype):
+    """One graph's CUDA build (both key spaces) synchronizes once each: the op's read-back of
+    its size and first_bad."""
+    if not kernel_built("cuda"):
+        pytest.skip("the CUDA kernel was not built")
+    edge_index = random_graph(gen, 1000, 1000, 20_000, dtype=dtype, device="cuda")
+    NegativeSampler(edge_index, 1000)  # warm-up
+    torch.cuda.synchronize()
+    previous = torch.cuda.get_sync_debug_mode()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            sampler = NegativeSampler(edge_index, 1000)
+            built = len(caught)
+            sampler._space(ns_mod._UNDIRECTED)
+        finally:
+            torch.cuda.set_sync_debug_mode(previous)
+    syncs = [str(w.message) for w in caught if "synchroniz" in str(w.message)]
+    assert built == 1 and len(syncs) == 2, syncs
+
+
 def test_backend_is_the_kernel_when_built():
     table = pyg_edgedot._backend.loaded().table
     extension = pyg_edgedot._backend.loaded().build.extension

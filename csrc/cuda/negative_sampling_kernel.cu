@@ -401,9 +401,9 @@ __global__ void adj_kernel(const int64_t* __restrict__ excluded, int64_t n,
 
 // The tables of both builds from keys[0, n) (values in [0, key_bound]): a CUB radix sort on the
 // key bits, DeviceSelect::Unique, the size without key_bound (one thread), then the one host
-// sync: stats [3] int64 on the device, (Unique's count, the size, first_bad) written by the
+// sync: stats, int64 on the device, (Unique's count, the size[, first_bad]) written by the
 // kernels, read back together; adj (exactly the size) by one elementwise kernel after it.
-// Returns (excluded, adj, first_bad as read back).
+// Returns (excluded, adj, first_bad as read back, or -1 without that slot).
 std::tuple<at::Tensor, at::Tensor, int64_t> excluded_tables(const at::Tensor& keys, int64_t n,
                                                             int64_t key_bound, int bits,
                                                             const at::Tensor& stats,
@@ -424,7 +424,7 @@ std::tuple<at::Tensor, at::Tensor, int64_t> excluded_tables(const at::Tensor& ke
   at::Tensor adj = at::empty({size}, options);
   launch(adj_kernel, size, stream, unique.const_data_ptr<int64_t>(), size,
          adj.mutable_data_ptr<int64_t>());
-  return {unique, adj, read[2]};
+  return {unique, adj, stats.numel() > 2 ? read[2] : -1};
 }
 
 std::tuple<at::Tensor, at::Tensor> excluded_keys_cuda(const at::Tensor& keys, int64_t key_bound) {
@@ -435,7 +435,7 @@ std::tuple<at::Tensor, at::Tensor> excluded_keys_cuda(const at::Tensor& keys, in
   at::Tensor unique, adj;
   int64_t first_bad;
   std::tie(unique, adj, first_bad) =
-      excluded_tables(in, in.numel(), key_bound, bits, at::empty({3}, in.options()), stream);
+      excluded_tables(in, in.numel(), key_bound, bits, at::empty({2}, in.options()), stream);
   return {unique, adj};
 }
 
