@@ -32,4 +32,14 @@ TORCH_LIBRARY_FRAGMENT(pyg_edgedot, m) {
   // sort only the bits of key_bound (log2(N^2) at N nodes, against torch.sort's 64); a value
   // outside [0, key_bound] is a caller's bug that gives a wrong order, never a bad access.
   m.def("excluded_keys(Tensor keys, int key_bound) -> (Tensor, Tensor)");
+  // One graph's build (NegativeSampler): excluded_keys of the keys of edge_index's columns in
+  // `mode`'s key space over num_src_nodes x num_dst_nodes nodes (negative_sample's modes;
+  // "no_loops" and "undirected" take num_src_nodes == num_dst_nodes and have no key for a
+  // self-loop, which is dropped), in one op whose only host sync reads back the output's size.
+  // edge_index: [2, E] int32 or int64, any strides. A column with an index out of range is
+  // dropped too and the first one reported in first_bad, a [1] int64 CPU tensor (-1: none)
+  // read back with the size, so that Python raises the IndexError users see with no sync of
+  // its own.
+  m.def("excluded_edge_keys(Tensor edge_index, str mode, int num_src_nodes, "
+        "int num_dst_nodes) -> (Tensor, Tensor, Tensor)");
 }

@@ -106,6 +106,25 @@ PYG_EDGEDOT_HD int64_t tri_row_start(int64_t row, int64_t n) {
   return row % 2 == 0 ? (row / 2) * other : row * (other / 2);
 }
 
+// Pairs -> keys (excluded_edge_keys): the key of an edge in range, or num_keys (the key space's
+// size) for a pair that is no key (a self-loop outside "directed"). Python's _encode, per edge.
+struct Encoder {
+  int64_t num_src, num_dst, num_keys;  // "no_loops" and "undirected": num_src == num_dst
+
+  PYG_EDGEDOT_HD bool in_range(int64_t src, int64_t dst) const {
+    return src >= 0 && src < num_src && dst >= 0 && dst < num_dst;
+  }
+
+  template <Mode mode>
+  PYG_EDGEDOT_HD int64_t key(int64_t src, int64_t dst) const {
+    if (mode == Mode::kDirected) return src * num_dst + dst;
+    if (src == dst) return num_keys;
+    if (mode == Mode::kNoLoops) return src * (num_dst - 1) + dst - (dst > src ? 1 : 0);
+    const int64_t row = src < dst ? src : dst, col = src < dst ? dst : src;
+    return tri_row_start(row, num_src) + col - row - 1;
+  }
+};
+
 struct Decoder {
   int64_t num_nodes, width;  // width: keys per source row (directed, no_loops)
   double inverse;            // 1 / width
@@ -195,6 +214,44 @@ inline int check_excluded_keys(const at::Tensor& keys, int64_t key_bound) {
   PYG_EDGEDOT_CHECK(key_bound >= 0 && key_bound < (int64_t{1} << 62), op,
                     ": key_bound must be in [0, 2^62) (got ", std::to_string(key_bound), ")");
   return bit_width(key_bound + 1);
+}
+
+// excluded_edge_keys' arguments: the encoder of the mode's key space and the bits its sort
+// needs (the keys and the no-key mark are in [0, num_keys]).
+struct EdgeKeys {
+  Mode mode;
+  Encoder encoder;
+  int bits;
+};
+
+inline EdgeKeys check_excluded_edge_keys(const at::Tensor& edge_index,
+                                         c10::string_view mode_name, int64_t num_src_nodes,
+                                         int64_t num_dst_nodes) {
+  const char* op = "excluded_edge_keys";
+  PYG_EDGEDOT_CHECK(edge_index.dim() == 2 && edge_index.size(0) == 2 &&
+                        (edge_index.scalar_type() == at::kInt ||
+                         edge_index.scalar_type() == at::kLong),
+                    op, ": edge_index must be a [2, E] int32 or int64 tensor (got ",
+                    std::to_string(edge_index.dim()), "-D ", edge_index.scalar_type(), ")");
+  PYG_EDGEDOT_CHECK(mode_name == "directed" || mode_name == "no_loops" ||
+                        mode_name == "undirected",
+                    op, ": mode must be 'directed', 'no_loops' or 'undirected' (got '",
+                    std::string(mode_name.data(), mode_name.size()), "')");
+  const Mode mode = parse_mode(mode_name);
+  PYG_EDGEDOT_CHECK(num_src_nodes >= 0 && num_dst_nodes >= 0 &&
+                        (mode == Mode::kDirected || num_src_nodes == num_dst_nodes),
+                    op, ": num_src_nodes and num_dst_nodes must be >= 0, and equal unless mode "
+                    "is 'directed' (got ", std::to_string(num_src_nodes), ", ",
+                    std::to_string(num_dst_nodes), ")");
+  const __int128 n_src = num_src_nodes, n_dst = num_dst_nodes;
+  const __int128 num_keys = mode == Mode::kDirected ? n_src * n_dst
+                            : mode == Mode::kNoLoops ? (n_dst > 0 ? n_src * (n_dst - 1) : 0)
+                                                     : n_src * (n_src > 0 ? n_src - 1 : 0) / 2;
+  PYG_EDGEDOT_CHECK(num_keys < (static_cast<__int128>(1) << 62), op, ": ",
+                    std::to_string(num_src_nodes), " x ", std::to_string(num_dst_nodes),
+                    " nodes give 2^62 keys or more");
+  const int64_t keys = static_cast<int64_t>(num_keys);
+  return EdgeKeys{mode, Encoder{num_src_nodes, num_dst_nodes, keys}, bit_width(keys + 1)};
 }
 
 inline Plan check_negative_sample(const at::Tensor& excluded_adj, int64_t num_ranks,

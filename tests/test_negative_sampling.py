@@ -552,6 +552,172 @@ def test_excluded_keys_checks(device, keys, key_bound, match):
         torch.ops.pyg_edgedot.excluded_keys(keys.to(device), key_bound)
 
 
+# One graph's build: excluded_edge_keys (the edges validated, encoded in the mode's key space
+# and made excluded_keys' tables in one op) against _encode + torch.unique.
+EDGE_KEYS_CASES = [("directed", 40, 30, 300), ("directed", 7, 7, 0), ("no_loops", 50, 50, 600),
+                   ("no_loops", 1, 1, 3), ("undirected", 60, 60, 500), ("undirected", 0, 0, 0),
+                   ("no_loops", 3000, 3000, 70_000)]
+
+
+def _expected_tables(edge_index, mode, num_src, num_dst):
+    src, dst = edge_index[0].long().cpu(), edge_index[1].long().cpu()
+    ok = (src >= 0) & (src < num_src) & (dst >= 0) & (dst < num_dst)
+    bound = ns_mod._num_keys(mode, num_src, num_dst)
+    keys = ns_mod._encode(mode, src[ok], dst[ok], num_src, num_dst, bound)
+    excluded = torch.unique(keys[keys < bound])
+    return excluded, excluded - torch.arange(excluded.numel())
+
+
+def _edge_index_layouts(edge_index):
+    """The same [2, E] as given, int32, and strided (a column-major copy)."""
+    return [edge_index, edge_index.int(), edge_index.t().contiguous().t()]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("impl", ["op", "fallback"])
+@pytest.mark.parametrize("mode, num_src, num_dst, num_edges", EDGE_KEYS_CASES, ids=str)
+def test_excluded_edge_keys(gen, device, impl, mode, num_src, num_dst, num_edges):
+    edge_index = random_graph(gen, num_src, num_dst, num_edges)
+    if num_src == num_dst:
+        edge_index[:, : num_edges // 7] = edge_index[0, : num_edges // 7]  # self-loops
+    expected = _expected_tables(edge_index, mode, num_src, num_dst)
+    fn = (torch.ops.pyg_edgedot.excluded_edge_keys if impl == "op"
+          else ns_mod._excluded_edge_keys_fallback)
+    for given in _edge_index_layouts(edge_index):
+        excluded, adj, first_bad = fn(given.to(device), mode, num_src, num_dst)
+        assert excluded.dtype == adj.dtype == torch.int64 and excluded.device.type == device
+        assert first_bad.device.type == "cpu" and first_bad.dtype == torch.int64
+        assert first_bad.tolist() == [-1]
+        assert torch.equal(excluded.cpu(), expected[0])
+        assert torch.equal(adj.cpu(), expected[1])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("impl", ["op", "fallback"])
+@pytest.mark.parametrize("mode", ["directed", "no_loops", "undirected"])
+def test_excluded_edge_keys_first_bad(gen, device, impl, mode):
+    """A column out of range is dropped and the first one reported."""
+    num_nodes, num_edges = 40, 70_000
+    edge_index = random_graph(gen, num_nodes, num_nodes, num_edges)
+    edge_index[1, 51_234] = num_nodes          # past the end
+    edge_index[0, 60_000] = -3                 # negative
+    edge_index[1, 65_000] = -1
+    expected = _expected_tables(edge_index, mode, num_nodes, num_nodes)
+    fn = (torch.ops.pyg_edgedot.excluded_edge_keys if impl == "op"
+          else ns_mod._excluded_edge_keys_fallback)
+    for given in _edge_index_layouts(edge_index):
+        excluded, adj, first_bad = fn(given.to(device), mode, num_nodes, num_nodes)
+        assert first_bad.tolist() == [51_234]
+        assert torch.equal(excluded.cpu(), expected[0])
+        assert torch.equal(adj.cpu(), expected[1])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("mode", ["directed", "no_loops", "undirected"])
+def test_excluded_edge_keys_opcheck(gen, device, mode):
+    edge_index = random_graph(gen, 30, 30, 400, device=device)
+    torch.library.opcheck(torch.ops.pyg_edgedot.excluded_edge_keys.default,
+                          (edge_index, mode, 30, 30))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("edge_index, args, match", [
+    (torch.zeros(3, dtype=torch.int64), ("directed", 4, 4), r"edge_index must be a \[2, E\]"),
+    (torch.zeros(3, 2, dtype=torch.int64), ("directed", 4, 4), r"edge_index must be a \[2, E\]"),
+    (torch.zeros(2, 2), ("directed", 4, 4), r"edge_index must be a \[2, E\] int32 or int64"),
+    (torch.zeros(2, 2, dtype=torch.int64), ("loops", 4, 4), "mode must be 'directed'"),
+    (torch.zeros(2, 2, dtype=torch.int64), ("no_loops", 4, 5), "equal unless mode"),
+    (torch.zeros(2, 2, dtype=torch.int64), ("directed", -1, 5), "must be >= 0"),
+    (torch.zeros(2, 2, dtype=torch.int64), ("directed", 2 ** 31, 2 ** 31), "2\\^62 keys"),
+])
+def test_excluded_edge_keys_checks(device, edge_index, args, match):
+    if not kernel_built(device):
+        pytest.skip(f"the {device} kernel was not built")
+    with pytest.raises(RuntimeError, match=match):
+        torch.ops.pyg_edgedot.excluded_edge_keys(edge_index.to(device), *args)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("impl", ["op", "fallback"])
+@pytest.mark.parametrize("num_nodes, change, match", [
+    (5, (1, 2, 5), "destination index 5 but num_nodes gives only 5 destination nodes"),
+    (5, (0, 3, 7), "source index 7 but num_nodes gives only 5 source nodes"),
+    ((5, 8), (1, 0, 9), "destination index 9 but num_nodes gives only 8 destination nodes"),
+    (5, (0, 1, -2), r"a negative index \(-2\)"),
+    (None, (1, 4, -1), r"a negative index \(-1\)"),
+])
+def test_sampler_build_index_errors(monkeypatch, device, impl, num_nodes, change, match):
+    """The build's op reports the first bad column; Python raises the message it always did
+    (each layout: as given, int32, strided; both key spaces)."""
+    if impl == "fallback":
+        monkeypatch.setattr(ns_mod, "_excluded_edge_keys", ns_mod._excluded_edge_keys_fallback)
+    edge_index = torch.tensor([[0, 1, 2, 3, 4, 1], [1, 2, 3, 4, 0, 1]])
+    row, col, value = change
+    edge_index[row, col] = value
+    for given in _edge_index_layouts(edge_index):
+        for self_loops in (False, True):
+            with pytest.raises(IndexError, match="NegativeSampler: edge_index holds " + match):
+                NegativeSampler(given.to(device), num_nodes, self_loops=self_loops)
+        with pytest.raises(IndexError, match="negative_sampling: edge_index holds " + match):
+            negative_sampling(given.to(device), num_nodes)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("self_loops, bipartite", [(False, False), (True, False), (False, True)])
+def test_sampler_tables_same_on_every_path(gen, monkeypatch, device, self_loops, bipartite):
+    """NegativeSampler's tables (both key spaces) from the op, its fallback and the batched
+    build (excluded_keys of _encode's keys) are the same."""
+    num_nodes = (300, 200) if bipartite else 300
+    edge_index = random_graph(gen, 300, 200 if bipartite else 300, 5000, device=device)
+    if not bipartite:
+        edge_index[:, :100] = edge_index[0, :100]  # self-loops
+    tables = []
+    for impl in ("op", "fallback"):
+        if impl == "fallback":
+            monkeypatch.setattr(ns_mod, "_excluded_edge_keys",
+                                ns_mod._excluded_edge_keys_fallback)
+        for given in _edge_index_layouts(edge_index):
+            sampler = NegativeSampler(given, num_nodes, self_loops=self_loops)
+            sampler._sample(0, False, True, None, "test")  # builds the undirected space
+            spaces = [sampler._directed] + ([] if bipartite else [sampler._undirected])
+            tables.append([(s.mode, s.excluded.cpu(), s.adj.cpu(), s.num_free) for s in spaces])
+    src, dst = edge_index[0].cpu(), edge_index[1].cpu()
+    n_src, n_dst = (300, 200) if bipartite else (300, 300)
+    for mode, excluded, adj, num_free in tables[0]:
+        bound = ns_mod._num_keys(mode, n_src, n_dst)
+        keys = ns_mod._encode(mode, src, dst, n_src, n_dst, bound)
+        expected, expected_adj = torch.ops.pyg_edgedot.excluded_keys(keys, bound)
+        assert torch.equal(excluded, expected) and torch.equal(adj, expected_adj)
+        assert num_free == bound - expected.numel()
+    for other in tables[1:]:
+        for (m0, e0, a0, f0), (m1, e1, a1, f1) in zip(tables[0], other):
+            assert m0 == m1 and f0 == f1 and torch.equal(e0, e1) and torch.equal(a0, a1)
+
+
+@pytest.mark.skipif(not HAS_CUDA, reason="CUDA is not available")
+@pytest.mark.parametrize("dtype", INDEX_DTYPES, ids=dtype_id)
+def test_cuda_sampler_build_syncs_once(gen, dtype):
+    """One graph's CUDA build (both key spaces) synchronizes once each: the op's read-back of
+    its size and first_bad."""
+    if not kernel_built("cuda"):
+        pytest.skip("the CUDA kernel was not built")
+    edge_index = random_graph(gen, 1000, 1000, 20_000, dtype=dtype, device="cuda")
+    NegativeSampler(edge_index, 1000)  # warm-up
+    torch.cuda.synchronize()
+    previous = torch.cuda.get_sync_debug_mode()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            sampler = NegativeSampler(edge_index, 1000)
+            built = len(caught)
+            sampler._space(ns_mod._UNDIRECTED)
+        finally:
+            torch.cuda.set_sync_debug_mode(previous)
+    syncs = [str(w.message) for w in caught if "synchroniz" in str(w.message)]
+    assert built == 1 and len(syncs) == 2, syncs
+
+
 def test_backend_is_the_kernel_when_built():
     table = pyg_edgedot._backend.loaded().table
     extension = pyg_edgedot._backend.loaded().build.extension

@@ -46,6 +46,7 @@
 #include <torch/library.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -391,18 +392,18 @@ at::Tensor negative_sample_cpu(const at::Tensor& excluded_adj, int64_t num_ranks
   return out;
 }
 
-// excluded_keys: the parallel radix sort on the key bits, a binary search for the dropped
-// key_bound values (sorted last), one serial pass that drops repeats, one parallel for adj.
-std::tuple<at::Tensor, at::Tensor> excluded_keys_cpu(const at::Tensor& keys, int64_t key_bound) {
-  const int bits = check_excluded_keys(keys, key_bound);
-  const int64_t n = keys.numel();
-  at::Tensor a = keys.contiguous().clone(), b = at::empty_like(a);
+// The tables of both builds from keys[0, n) in a (values in [0, key_bound], scratch b of n):
+// the parallel radix sort on the key bits, a binary search for the dropped key_bound values
+// (sorted last), one serial pass that drops repeats, one parallel for adj.
+std::tuple<at::Tensor, at::Tensor> excluded_tables(const at::Tensor& a, const at::Tensor& b,
+                                                   int64_t key_bound, int bits) {
+  const int64_t n = a.numel();
   int64_t* sorted = radix_sort(a.mutable_data_ptr<int64_t>(), b.mutable_data_ptr<int64_t>(), n,
                                bits);
   const int64_t size =
       std::unique(sorted, std::lower_bound(sorted, sorted + n, key_bound)) - sorted;
   at::Tensor unique = (sorted == a.const_data_ptr<int64_t>() ? a : b).narrow(0, 0, size);
-  at::Tensor adj = at::empty({size}, keys.options());
+  at::Tensor adj = at::empty({size}, a.options());
   int64_t* adj_data = adj.mutable_data_ptr<int64_t>();
   at::parallel_for(0, size, kGrain, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) adj_data[i] = sorted[i] - i;
@@ -410,11 +411,69 @@ std::tuple<at::Tensor, at::Tensor> excluded_keys_cpu(const at::Tensor& keys, int
   return {unique, adj};
 }
 
+std::tuple<at::Tensor, at::Tensor> excluded_keys_cpu(const at::Tensor& keys, int64_t key_bound) {
+  const int bits = check_excluded_keys(keys, key_bound);
+  const at::Tensor a = keys.contiguous().clone();
+  return excluded_tables(a, at::empty_like(a), key_bound, bits);
+}
+
+// keys[e] = the key of edge e, or encoder.num_keys (dropped) for a pair that is no key or has
+// an index out of range; returns the first such out-of-range edge, or n.
+template <Mode mode, typename index_t>
+int64_t encode_edges(const index_t* src, const index_t* dst, int64_t step, int64_t n,
+                     const Encoder encoder, int64_t* keys) {
+  std::atomic<int64_t> first_bad{n};
+  at::parallel_for(0, n, kGrain, [&](int64_t begin, int64_t end) {
+    int64_t bad = n;
+    for (int64_t e = begin; e < end; ++e) {
+      const int64_t s = static_cast<int64_t>(src[e * step]);
+      const int64_t d = static_cast<int64_t>(dst[e * step]);
+      const bool ok = encoder.in_range(s, d);
+      keys[e] = ok ? encoder.key<mode>(s, d) : encoder.num_keys;
+      if (!ok && bad == n) bad = e;
+    }
+    int64_t seen = first_bad.load();
+    while (bad < seen && !first_bad.compare_exchange_weak(seen, bad)) {
+    }
+  });
+  return first_bad.load();
+}
+
+// excluded_edge_keys: one parallel pass that validates the edges and encodes their keys, then
+// excluded_keys' tables; first_bad comes back as a [1] CPU tensor, as from the CUDA kernel.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> excluded_edge_keys_cpu(
+    const at::Tensor& edge_index, c10::string_view mode_name, int64_t num_src_nodes,
+    int64_t num_dst_nodes) {
+  const EdgeKeys plan = check_excluded_edge_keys(edge_index, mode_name, num_src_nodes,
+                                                 num_dst_nodes);
+  const int64_t n = edge_index.size(1);
+  const at::Tensor a = at::empty({n}, edge_index.options().dtype(at::kLong));
+  int64_t first_bad = n;
+  AT_DISPATCH_INDEX_TYPES(edge_index.scalar_type(), "excluded_edge_keys", [&] {
+    const index_t* src = edge_index.const_data_ptr<index_t>();
+    const index_t* dst = src + edge_index.stride(0);
+    const int64_t step = edge_index.stride(1);
+    int64_t* keys = a.mutable_data_ptr<int64_t>();
+    if (plan.mode == Mode::kDirected) {
+      first_bad = encode_edges<Mode::kDirected>(src, dst, step, n, plan.encoder, keys);
+    } else if (plan.mode == Mode::kNoLoops) {
+      first_bad = encode_edges<Mode::kNoLoops>(src, dst, step, n, plan.encoder, keys);
+    } else {
+      first_bad = encode_edges<Mode::kUndirected>(src, dst, step, n, plan.encoder, keys);
+    }
+  });
+  at::Tensor excluded, adj;
+  std::tie(excluded, adj) =
+      excluded_tables(a, at::empty_like(a), plan.encoder.num_keys, plan.bits);
+  return {excluded, adj, at::full({1}, first_bad < n ? first_bad : -1, at::kLong)};
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(pyg_edgedot, CPU, m) {
   m.impl("negative_sample", &negative_sample_cpu);
   m.impl("excluded_keys", &excluded_keys_cpu);
+  m.impl("excluded_edge_keys", &excluded_edge_keys_cpu);
 }
 
 }  // namespace pyg_edgedot

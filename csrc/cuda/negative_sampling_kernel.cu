@@ -367,12 +367,64 @@ at::Tensor negative_sample_cuda(const at::Tensor& excluded_adj, int64_t num_rank
   return out;
 }
 
-// excluded_keys: a CUB radix sort on the key bits, DeviceSelect::Unique, and whether the last
-// distinct value is the dropped key_bound (one thread, written beside Unique's count so that
-// one read-back gives the output's size); adj by one elementwise op.
-__global__ void ends_with_kernel(const int64_t* sorted, int64_t n, int64_t value,
-                                 int64_t* __restrict__ out) {
-  *out = n > 0 && sorted[n - 1] == value;
+// ---------------------------------------------------------------------------------------
+// The build: excluded_keys and excluded_edge_keys
+// ---------------------------------------------------------------------------------------
+
+// keys[e] = the key of edge e, or encoder.num_keys (dropped) for a pair that is no key or has
+// an index out of range; the first such out-of-range edge lowers *first_bad (all ones: none).
+template <Mode mode, typename index_t>
+__global__ void encode_edges_kernel(const index_t* __restrict__ src,
+                                    const index_t* __restrict__ dst, int64_t step, int64_t n,
+                                    Encoder encoder, int64_t* __restrict__ keys,
+                                    unsigned long long* __restrict__ first_bad) {
+  PYG_EDGEDOT_GRID_LOOP(e, n) {
+    const int64_t s = static_cast<int64_t>(src[e * step]);
+    const int64_t d = static_cast<int64_t>(dst[e * step]);
+    const bool ok = encoder.in_range(s, d);
+    keys[e] = ok ? encoder.key<mode>(s, d) : encoder.num_keys;
+    if (!ok) atomicMin(first_bad, static_cast<unsigned long long>(e));
+  }
+}
+
+// *size = the distinct values below key_bound of sorted[0, n) (n >= 1): Unique's count less
+// the dropped key_bound, which sorts last.
+__global__ void size_kernel(const int64_t* __restrict__ sorted, int64_t n, int64_t key_bound,
+                            const int64_t* __restrict__ num_unique, int64_t* __restrict__ size) {
+  *size = *num_unique - (sorted[n - 1] == key_bound ? 1 : 0);
+}
+
+__global__ void adj_kernel(const int64_t* __restrict__ excluded, int64_t n,
+                           int64_t* __restrict__ adj) {
+  PYG_EDGEDOT_GRID_LOOP(i, n) { adj[i] = excluded[i] - i; }
+}
+
+// The tables of both builds from keys[0, n) (values in [0, key_bound]): a CUB radix sort on the
+// key bits, DeviceSelect::Unique, the size without key_bound (one thread), then the one host
+// sync: stats, int64 on the device, (Unique's count, the size[, first_bad]) written by the
+// kernels, read back together; adj (exactly the size) by one elementwise kernel after it.
+// Returns (excluded, adj, first_bad as read back, or -1 without that slot).
+std::tuple<at::Tensor, at::Tensor, int64_t> excluded_tables(const at::Tensor& keys, int64_t n,
+                                                            int64_t key_bound, int bits,
+                                                            const at::Tensor& stats,
+                                                            cudaStream_t stream) {
+  const at::TensorOptions options = keys.options();
+  if (n == 0) return {at::empty({0}, options), at::empty({0}, options), -1};
+  const at::Tensor sorted = sort_keys(keys, n, bits, stream);
+  at::Tensor unique = at::empty({n}, options);
+  const int64_t* data = sorted.const_data_ptr<int64_t>();
+  int64_t* slots = stats.mutable_data_ptr<int64_t>();
+  select_unique(data, unique.mutable_data_ptr<int64_t>(), slots, n, options, stream);
+  size_kernel<<<1, 1, 0, stream>>>(data, n, key_bound, slots, slots + 1);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  const at::Tensor host = stats.cpu();  // the one host sync: the output's size (and first_bad)
+  const int64_t* read = host.const_data_ptr<int64_t>();
+  const int64_t size = read[1];
+  unique = unique.narrow(0, 0, size);
+  at::Tensor adj = at::empty({size}, options);
+  launch(adj_kernel, size, stream, unique.const_data_ptr<int64_t>(), size,
+         adj.mutable_data_ptr<int64_t>());
+  return {unique, adj, stats.numel() > 2 ? read[2] : -1};
 }
 
 std::tuple<at::Tensor, at::Tensor> excluded_keys_cuda(const at::Tensor& keys, int64_t key_bound) {
@@ -380,21 +432,53 @@ std::tuple<at::Tensor, at::Tensor> excluded_keys_cuda(const at::Tensor& keys, in
   const c10::cuda::CUDAGuard guard(keys.device());
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   const at::Tensor in = keys.contiguous();
-  const int64_t n = in.numel();
-  const at::Tensor sorted = sort_keys(in, n, bits, stream);
-  at::Tensor unique = at::empty({n}, in.options());
-  at::Tensor counts = at::zeros({2}, in.options());  // distinct values, whether key_bound is one
+  at::Tensor unique, adj;
+  int64_t first_bad;
+  std::tie(unique, adj, first_bad) =
+      excluded_tables(in, in.numel(), key_bound, bits, at::empty({2}, in.options()), stream);
+  return {unique, adj};
+}
+
+// excluded_edge_keys: one kernel validates and encodes the edges (the PyTorch ops of the
+// Python build: the range checks' reductions and reads, the key arithmetic, the self-loop
+// mask), then excluded_keys' tables; first_bad is read back with the size.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> excluded_edge_keys_cuda(
+    const at::Tensor& edge_index, c10::string_view mode_name, int64_t num_src_nodes,
+    int64_t num_dst_nodes) {
+  const EdgeKeys plan = check_excluded_edge_keys(edge_index, mode_name, num_src_nodes,
+                                                 num_dst_nodes);
+  const c10::cuda::CUDAGuard guard(edge_index.device());
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  const int64_t n = edge_index.size(1);
+  const at::TensorOptions options = edge_index.options().dtype(at::kLong);
+  const at::Tensor keys = at::empty({n}, options);
+  const at::Tensor stats = at::empty({3}, options);
   if (n > 0) {
-    const int64_t* data = sorted.const_data_ptr<int64_t>();
-    int64_t* num = counts.mutable_data_ptr<int64_t>();
-    select_unique(data, unique.mutable_data_ptr<int64_t>(), num, n, in.options(), stream);
-    ends_with_kernel<<<1, 1, 0, stream>>>(data, n, key_bound, num + 1);
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    C10_CUDA_CHECK(cudaMemsetAsync(stats.mutable_data_ptr<int64_t>() + 2, 0xFF, sizeof(int64_t),
+                                   stream));  // first_bad: all ones, atomicMin's identity
+    auto* first_bad = reinterpret_cast<unsigned long long*>(stats.mutable_data_ptr<int64_t>() + 2);
+    AT_DISPATCH_INDEX_TYPES(edge_index.scalar_type(), "excluded_edge_keys", [&] {
+      const index_t* src = edge_index.const_data_ptr<index_t>();
+      const index_t* dst = src + edge_index.stride(0);
+      const int64_t step = edge_index.stride(1);
+      int64_t* out = keys.mutable_data_ptr<int64_t>();
+      if (plan.mode == Mode::kDirected) {
+        launch(encode_edges_kernel<Mode::kDirected, index_t>, n, stream, src, dst, step, n,
+               plan.encoder, out, first_bad);
+      } else if (plan.mode == Mode::kNoLoops) {
+        launch(encode_edges_kernel<Mode::kNoLoops, index_t>, n, stream, src, dst, step, n,
+               plan.encoder, out, first_bad);
+      } else {
+        launch(encode_edges_kernel<Mode::kUndirected, index_t>, n, stream, src, dst, step, n,
+               plan.encoder, out, first_bad);
+      }
+    });
   }
-  const at::Tensor host = counts.cpu();  // the one host sync: the output's size
-  const int64_t size = host[0].item<int64_t>() - host[1].item<int64_t>();
-  unique = unique.narrow(0, 0, size);
-  return {unique, unique - at::arange(size, unique.options())};
+  at::Tensor unique, adj;
+  int64_t first_bad;
+  std::tie(unique, adj, first_bad) =
+      excluded_tables(keys, n, plan.encoder.num_keys, plan.bits, stats, stream);
+  return {unique, adj, at::full({1}, first_bad, at::kLong)};
 }
 
 }  // namespace
@@ -402,6 +486,7 @@ std::tuple<at::Tensor, at::Tensor> excluded_keys_cuda(const at::Tensor& keys, in
 TORCH_LIBRARY_IMPL(pyg_edgedot, CUDA, m) {
   m.impl("negative_sample", &negative_sample_cuda);
   m.impl("excluded_keys", &excluded_keys_cuda);
+  m.impl("excluded_edge_keys", &excluded_edge_keys_cuda);
 }
 
 }  // namespace pyg_edgedot

@@ -231,6 +231,28 @@ def _excluded_keys_fallback(keys: Tensor, key_bound: int) -> Tuple[Tensor, Tenso
     return keys, keys - torch.arange(keys.numel(), device=keys.device)
 
 
+def _excluded_edge_keys_fallback(edge_index: Tensor, mode: str, num_src_nodes: int,
+                                 num_dst_nodes: int) -> Tuple[Tensor, Tensor, Tensor]:
+    """The op ``excluded_edge_keys`` in PyTorch ops: ``excluded_keys`` of the edges' keys, a
+    column out of range dropped and the first one in ``first_bad`` ([1] on the CPU, -1:
+    none)."""
+    src, dst = edge_index[0].long(), edge_index[1].long()
+    bad = (src < 0) | (src >= num_src_nodes) | (dst < 0) | (dst >= num_dst_nodes)
+    key_bound = _num_keys(mode, num_src_nodes, num_dst_nodes)
+    keys = _encode(mode, src, dst, num_src_nodes, num_dst_nodes, key_bound)
+    excluded, adj = _excluded_keys_fallback(keys.masked_fill_(bad, key_bound), key_bound)
+    if bad.numel() == 0:
+        return excluded, adj, torch.full((1,), -1, dtype=torch.int64)
+    first_bad = torch.where(bad.any(), bad.to(torch.int8).argmax(), -1).view(1)
+    return excluded, adj, first_bad.cpu()
+
+
+def _excluded_edge_keys(*args) -> Tuple[Tensor, Tensor, Tensor]:
+    """The registered op ``excluded_edge_keys``: the device's kernel or the fallback, as the
+    backend table says (the tests swap in the fallback here)."""
+    return torch.ops.pyg_edgedot.excluded_edge_keys(*args)
+
+
 def _rank_to_key(adj: Tensor, ranks: Tensor, ranks_sorted: bool) -> Tensor:
     """key(r) = r + searchsorted(adj, r, right=True); see the module docstring."""
     if adj.numel() == 0:
@@ -445,7 +467,8 @@ def _draw_seed(generator: Optional[torch.Generator]) -> int:
 
 def fallback_impls() -> dict:
     return {"negative_sample": _negative_sample_fallback,
-            "excluded_keys": _excluded_keys_fallback}
+            "excluded_keys": _excluded_keys_fallback,
+            "excluded_edge_keys": _excluded_edge_keys_fallback}
 
 
 def register_fake_and_autograd() -> None:
@@ -461,6 +484,12 @@ def register_fake_and_autograd() -> None:
         size = torch.library.get_ctx().new_dynamic_size()
         return keys.new_empty(size), keys.new_empty(size)
 
+    @torch.library.register_fake("pyg_edgedot::excluded_edge_keys")
+    def _excluded_edge_keys_fake(edge_index, mode, num_src_nodes, num_dst_nodes):
+        size = torch.library.get_ctx().new_dynamic_size()
+        keys = edge_index.new_empty(size, dtype=torch.int64)
+        return keys, torch.empty_like(keys), torch.empty(1, dtype=torch.int64)
+
 
 # ---------------------------------------------------------------------------------------
 # One key space over a graph (or a batch of graphs laid out block after block)
@@ -470,7 +499,9 @@ class _KeySpace:
     """Sorted excluded keys + adj for one mode; complement ranks split into blocks.
 
     ``block_key_start`` [B]: first key of each block (one block for a single graph);
-    ``n_src``/``n_dst``: ints, or [B] tensors for a batch.
+    ``n_src``/``n_dst``: ints, or [B] tensors for a batch. One graph's space comes from
+    :meth:`of_graph` and has no block tensors (``mode``, ``n_src``, ``n_dst``, ``excluded``,
+    ``adj``, ``num_free`` only).
     """
 
     def __init__(self, mode: str, src: Tensor, dst: Tensor, n_src, n_dst,
@@ -493,6 +524,24 @@ class _KeySpace:
         self.free = num_keys - excluded_in                       # [B] complement sizes
         self.rank_start = block_key_start - excluded_before      # [B] first rank
         self.num_free = int(self.free.sum())                     # read once, not per draw
+
+    @classmethod
+    def of_graph(cls, name: str, mode: str, edge_index: Tensor, n_src: int,
+                 n_dst: int) -> "_KeySpace":
+        """One graph's key space, built by the op ``excluded_edge_keys``, which validates
+        ``edge_index`` on the way: its one host sync reads back the tables' size with
+        ``first_bad`` (a CPU tensor), so the build has no other. For an index out of range,
+        raises :func:`_check_range`'s ``IndexError``."""
+        excluded, adj, first_bad = _excluded_edge_keys(edge_index, mode, n_src, n_dst)
+        bad = int(first_bad)  # a CPU tensor: no sync
+        if bad >= 0:
+            _check_range(name, edge_index, n_src, n_dst)
+            raise IndexError(f"{name}: edge_index holds an index out of range at edge {bad}")
+        space = cls.__new__(cls)
+        space.mode, space.n_src, space.n_dst = mode, n_src, n_dst
+        space.excluded, space.adj = excluded, adj
+        space.num_free = _num_keys(mode, n_src, n_dst) - excluded.numel()
+        return space
 
     def decode(self, keys: Tensor, block: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
         if block is None:
@@ -532,8 +581,8 @@ class NegativeSampler:
         name = _name
         plain = _as_plain_index(name, edge_index)
         num_src, num_dst, bipartite = _num_nodes_of(name, plain, edge_index, num_nodes)
-        _check_range(name, plain, num_src, num_dst)
         if num_src * max(num_dst, 1) >= _MAX_KEYS:
+            _check_range(name, plain, num_src, num_dst)  # an index out of range is named first
             raise ValueError(f"{name}: num_nodes {(num_src, num_dst)} gives more than "
                              f"2**62 pairs; int64 keys would overflow")
         self._name = name
@@ -543,17 +592,16 @@ class NegativeSampler:
         self.num_edges = int(plain.size(1))
         self.device = plain.device
         self.index_dtype = plain.dtype
-        self._src, self._dst = plain[0].long(), plain[1].long()
+        self._edge_index = plain  # the undirected space is built from it on first use
         mode = _DIRECTED if (bipartite or self.self_loops) else _NO_LOOPS
+        # Validates edge_index too (the op reports the first index out of range).
         self._directed = self._space(mode)
         self._undirected: Optional[_KeySpace] = None
         self._row_ptr: Optional[Tensor] = None
 
     def _space(self, mode: str) -> _KeySpace:
-        num_keys = _num_keys(mode, self.num_src_nodes, self.num_dst_nodes)
-        zero = torch.zeros(1, dtype=torch.long, device=self.device)
-        return _KeySpace(mode, self._src, self._dst, self.num_src_nodes, self.num_dst_nodes,
-                         zero, None, zero + num_keys, num_keys)
+        return _KeySpace.of_graph(self._name, mode, self._edge_index, self.num_src_nodes,
+                                  self.num_dst_nodes)
 
     @property
     def num_negatives(self) -> int:
