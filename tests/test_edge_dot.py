@@ -260,3 +260,62 @@ def test_cpu_avx2_loop_gives_the_baseline_bits(tmp_path):
     assert len(results[0]) == len(results[1]) == 60
     for a, b in zip(*results):
         assert torch.equal(a, b)
+
+
+# ---- the CUDA forward's small-E kernel against its chunked kernel ----------------------------
+
+# csrc/cuda/edge_dot_kernel.cu scores E edges with edge_dot_fwd_small_kernel (a group of G / 4
+# lanes per edge, 4 vectors per lane and row) when the groups fit one wave at 4 blocks of 256
+# per SM (E * G / 4 <= SMs * 1024), and with edge_dot_fwd_kernel (chunks of edges per warp)
+# otherwise: 1,000 edges take the first, the same edges repeated 300 times the second, and
+# every edge must score the same bits in both (the kernel file says why).
+def _cuda_forward_kernels_of(call) -> list:
+    from torch.profiler import ProfilerActivity, profile
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        call()
+        torch.cuda.synchronize()
+    return [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+
+
+def _small_and_chunked_problem(gen, feat_dim, dtype, index_dtype=torch.int64):
+    if not torch.cuda.is_available():
+        pytest.skip("CUDA is not available")
+    from _helpers import cuda_kernel_on_cuda
+    if not cuda_kernel_on_cuda("edge_dot"):
+        pytest.skip("the compiled CUDA kernels do not serve edge_dot here")
+    x_src = randn(gen, 50, feat_dim, dtype=dtype, device="cuda")
+    x_dst = randn(gen, 40, feat_dim, dtype=dtype, device="cuda")
+    ei = random_edge_index(gen, 50, 40, 1000, index_dtype, "cuda")
+    return x_src, x_dst, ei, ei.repeat(1, 300)
+
+
+@pytest.mark.parametrize("index_dtype", INDEX_DTYPES, ids=dtype_id)
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=dtype_id)
+@pytest.mark.parametrize("feat_dim", [128, 64, 32, 7, 3])
+def test_cuda_small_forward_matches_chunked_bitwise(feat_dim, dtype, index_dtype, gen):
+    x_src, x_dst, ei, big_ei = _small_and_chunked_problem(gen, feat_dim, dtype, index_dtype)
+    small, small_bad = torch.ops.pyg_edgedot.edge_dot(x_src, x_dst, ei[0], ei[1])
+    assert_close(small, ref_edge_dot(x_src, x_dst, ei), dtype)
+    chunked, _ = torch.ops.pyg_edgedot.edge_dot(x_src, x_dst, big_ei[0], big_ei[1])
+    assert torch.equal(small, chunked[:1000]) and int(small_bad) == -1
+    # An index out of range: NaN and the first such edge, as the chunked kernel reports it.
+    ei[1, 700], ei[0, 900] = 40, -1
+    small, small_bad = torch.ops.pyg_edgedot.edge_dot(x_src, x_dst, ei[0], ei[1])
+    assert int(small_bad) == 700 and small[[700, 900]].isnan().all()
+    assert not small[:700].isnan().any()
+
+
+def test_cuda_small_forward_path(gen):
+    # The premise of the test above: which kernel each size takes (D = 128 float32, W1's).
+    x_src, x_dst, ei, big_ei = _small_and_chunked_problem(gen, 128, torch.float32)
+    torch.ops.pyg_edgedot.edge_dot(x_src, x_dst, ei[0], ei[1])  # warm-up
+    small = _cuda_forward_kernels_of(lambda: torch.ops.pyg_edgedot.edge_dot(x_src, x_dst, ei[0],
+                                                                            ei[1]))
+    if not small:
+        pytest.skip("the profiler recorded no CUDA activity here")
+    assert any("edge_dot_fwd_small_kernel" in name for name in small), small
+    chunked = _cuda_forward_kernels_of(
+        lambda: torch.ops.pyg_edgedot.edge_dot(x_src, x_dst, big_ei[0], big_ei[1]))
+    assert not any("edge_dot_fwd_small_kernel" in name for name in chunked), chunked
+    assert any("edge_dot_fwd_kernel" in name for name in chunked), chunked

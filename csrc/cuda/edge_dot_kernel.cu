@@ -18,9 +18,10 @@
 // writing each row once, in the output dtype (rows past a length limit are summed in pieces
 // by other kernels). No atomics, so the result is bitwise deterministic; traffic: E * D
 // gathered elements + N * D written + the sort of (key, gather index, gradient). Small E
-// (at most 2^16 edges onto at most 8192 rows) skips the sort: one block groups the edge ids
-// by row (count, scan, fill), then a warp per row orders its ids and sums them, the same bits
-// as the sorted path in two launches per side instead of ~11.
+// (at most 2^16 edges onto at most 8192 rows) skips the sort: a plan kernel puts the edge ids
+// in the order of a stable sort by row (each block places its own rows' edges), then a warp
+// per row sums them, the same bits as the sorted path in two launches per side instead of ~11.
+// Small E in the forward: a group per edge, one wave (edge_dot_fwd_small_kernel), same bits.
 #include <ATen/ATen.h>
 #include <ATen/OpMathType.h>
 #include <c10/cuda/CUDAException.h>
@@ -209,6 +210,85 @@ int chunk_edges_for(int64_t num_edges, int group, int blocks_per_sm, int edges_i
   return chunk;
 }
 
+// Small E (W1: 16K edges): edge_dot_fwd_kernel's warps each take a chunk of edges (down to
+// one round of EPG rows per group), and at E = 16K its grid is two waves of 4 blocks per SM
+// of two dependent loads each (index, rows). This kernel gives each edge its own group of
+// G / 4 lanes, each lane loading 4 vectors of each row at once (the G lanes' vectors of
+// edge_dot_fwd_kernel), so the whole grid is one wave and every row load is in flight
+// together. The score is the same bits as edge_dot_fwd_kernel's: lane l keeps the four
+// partial sums of that kernel's lanes l + j * G / 4 (each from zero, in the same order),
+// adds them as that kernel's first two butterfly steps do (x + y is commutative, and every
+// lane of a butterfly ends with the same bits), then shuffles over its G / 4 lanes.
+constexpr int kSmallForwardSplit = 4;  // vectors per row and lane (U)
+
+template <typename scalar_t, typename index_t, int VEC>
+__global__ void __launch_bounds__(kThreads, kForwardBlocksPerSm<false>) edge_dot_fwd_small_kernel(
+    const scalar_t* __restrict__ x_src, int64_t src_row_stride, int64_t num_src,  // [N_src, D]
+    const scalar_t* __restrict__ x_dst, int64_t dst_row_stride, int64_t num_dst,  // [N_dst, D]
+    const index_t* __restrict__ src_index, int64_t src_index_stride,              // [E]
+    const index_t* __restrict__ dst_index, int64_t dst_index_stride,              // [E]
+    scalar_t* __restrict__ out,                                                   // [E]
+    unsigned long long* __restrict__ first_bad,  // [1]: smallest bad edge, or all ones
+    int64_t num_edges, int64_t feat_dim, int lanes) {  // lanes = G / U, a power of two
+  using acc_t = at::opmath_type<scalar_t>;
+  constexpr int U = kSmallForwardSplit;
+  const int64_t thread = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t e = thread / lanes;
+  if (e >= num_edges) return;  // the whole group (edges of a warp are consecutive)
+  const int lane = static_cast<int>(thread % lanes);
+  const unsigned group_mask =
+      lanes == kWarp ? 0xffffffffu : ((1u << lanes) - 1u) << (threadIdx.x % kWarp - lane);
+  // Every lane of the group loads the edge's indices (one transaction for the group).
+  const int64_t s = static_cast<int64_t>(src_index[e * src_index_stride]);
+  const int64_t d = static_cast<int64_t>(dst_index[e * dst_index_stride]);
+  const bool valid = s >= 0 && s < num_src && d >= 0 && d < num_dst;
+  if (!valid && lane == 0) atomicMin(first_bad, static_cast<unsigned long long>(e));
+  const scalar_t* src_row = x_src + (valid ? s : 0) * src_row_stride;
+  const scalar_t* dst_row = x_dst + (valid ? d : 0) * dst_row_stride;
+  Packed<scalar_t, VEC> a[U], b[U];
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const int64_t k = static_cast<int64_t>(lane + u * lanes) * VEC;
+    if (valid && k < feat_dim) {
+      a[u].load(src_row + k);
+      b[u].load(dst_row + k);
+    }
+  }
+  acc_t acc[U];
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    acc[u] = acc_t(0);
+    const int64_t k = static_cast<int64_t>(lane + u * lanes) * VEC;
+    if (valid && k < feat_dim) {
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) acc[u] += a[u].get(i) * b[u].get(i);
+    }
+  }
+  // edge_dot_fwd_kernel's butterfly steps at offsets G / 2 and G / 4, within the lane.
+#pragma unroll
+  for (int step = U / 2; step > 0; step /= 2) {
+#pragma unroll
+    for (int u = 0; u < step; ++u) acc[u] += acc[u + step];
+  }
+  for (int offset = lanes / 2; offset > 0; offset /= 2) {
+    acc[0] += __shfl_xor_sync(group_mask, acc[0], offset);
+  }
+  if (lane == 0) {
+    out[e] = static_cast<scalar_t>(valid ? acc[0] : std::numeric_limits<acc_t>::quiet_NaN());
+  }
+}
+
+// Whether edge_dot_fwd_small_kernel takes this forward: a lane's 4 vectors per row cover the
+// row with G / 4 >= 1 lanes (D <= 32 vectors), and its grid is one wave at the blocks per SM
+// edge_dot_fwd_kernel keeps (beyond that, the chunked kernel's prefetch pays).
+int small_forward_lanes(int64_t num_edges, int64_t feat_dim, int vec) {
+  const int group = group_size_for(feat_dim, vec);
+  if (feat_dim > int64_t{kWarp} * vec || group < kSmallForwardSplit) return 0;
+  const int lanes = group / kSmallForwardSplit;
+  const int64_t resident_threads = num_sms() * kForwardBlocksPerSm<false> * kThreads;
+  return num_edges * lanes <= resident_threads ? lanes : 0;
+}
+
 // rel / rel_index undefined: the plain dot product.
 template <typename scalar_t, typename index_t, int VEC, bool REL>
 void launch_forward(const at::Tensor& x_src, const at::Tensor& x_dst, const at::Tensor& rel,
@@ -216,11 +296,25 @@ void launch_forward(const at::Tensor& x_src, const at::Tensor& x_dst, const at::
                     const at::Tensor& rel_index, at::Tensor& out,
                     unsigned long long* first_bad) {
   const int64_t num_edges = out.size(0), feat_dim = x_src.size(1);
+  const auto stream = c10::cuda::getCurrentCUDAStream();
+  if constexpr (!REL) {
+    const int lanes = small_forward_lanes(num_edges, feat_dim, VEC);
+    if (lanes > 0) {
+      const int64_t grid = (num_edges * lanes + kThreads - 1) / kThreads;
+      edge_dot_fwd_small_kernel<scalar_t, index_t, VEC><<<grid, kThreads, 0, stream>>>(
+          x_src.const_data_ptr<scalar_t>(), x_src.stride(0), x_src.size(0),
+          x_dst.const_data_ptr<scalar_t>(), x_dst.stride(0), x_dst.size(0),
+          src_index.const_data_ptr<index_t>(), src_index.stride(0),
+          dst_index.const_data_ptr<index_t>(), dst_index.stride(0),
+          out.mutable_data_ptr<scalar_t>(), first_bad, num_edges, feat_dim, lanes);
+      C10_CUDA_KERNEL_LAUNCH_CHECK();
+      return;
+    }
+  }
   const int group = group_size_for(feat_dim, VEC);
   const int chunk_edges = chunk_edges_for(num_edges, group, kForwardBlocksPerSm<REL>,
                                           kForwardEdgesInFlight<REL>);
   const int64_t grid = grid_for((num_edges + chunk_edges - 1) / chunk_edges);
-  const auto stream = c10::cuda::getCurrentCUDAStream();
   edge_dot_fwd_kernel<scalar_t, index_t, VEC, kForwardEdgesInFlight<REL>, REL>
       <<<grid, kThreads, 0, stream>>>(
           x_src.const_data_ptr<scalar_t>(), x_src.stride(0), x_src.size(0),
@@ -588,9 +682,8 @@ __global__ void __launch_bounds__(kThreads) edge_dot_grad_pieces_kernel(
 }
 
 // acc = the partial sums of pieces [first, last) at columns [k, k + VEC), added in piece order
-// from zero: a long row's gradient, as the finishing kernel and the small-E kernel write it.
-// The loads go through L2 (__ldcg), where the small-E kernel finds the partials that other
-// blocks of the same launch stored.
+// from zero: a long row's gradient, as the finishing kernel writes it (the small-E kernel's
+// sum_piece_slots adds its pieces the same way). The loads go through L2 (__ldcg).
 template <int VEC, typename acc_t>
 __device__ __forceinline__ void sum_pieces(const acc_t* __restrict__ partial, int64_t first,
                                            int64_t last, int64_t feat_dim, int64_t k,
@@ -802,157 +895,82 @@ void launch_long_rows(const SortedEdges<key_t, Payload>& sorted, const GatherRow
 
 // At small E (the seed's W1: 16K edges onto 1K rows) the sorted path's ~11 launches per side
 // (sort input, radix passes, row pointer, walk, long rows) cost more than the work. Here a
-// side takes two launches and O(E + rows) work, no atomics on the sums:
-// 1. plan, one block of 1024 threads: the rows' degrees by shared-memory atomics (a count
-//    does not depend on the order of the atomics), an exclusive scan of them into the row
-//    pointer, and a second pass that drops each edge id into its row's slots through a shared
-//    cursor. One block needs no zeroed global counters (no memset launch) and no grid-wide
-//    sync between count, scan and fill; at E <= 2^16 each pass is at most 64 index loads per
-//    thread, 8 in flight, and the second pass finds them in L1. The degree table is in
-//    shared memory, hence rows <= 8192 (32 KB).
-// 2. sum, a warp per row and one per piece of a long row (below). The cursor leaves a row's
-//    ids in arbitrary order, so the warp orders them first: a row of at most 32 edges by a
-//    bitonic sort across the lanes (one id each), a longer one through a bitmap of [0, E) in
-//    shared memory with a prefix count per word, from which each lane finds the edge of a
-//    given rank by binary search: O(degree + E / 32) per warp, never quadratic in the degree.
-//    Then the warp adds the edges in increasing id order, 32 at a time (lane l loads edge
-//    l's weight and indices, the warp takes them by shuffle, kWalkEdgesInFlight rows in
-//    flight through add_edges) and writes the row.
+// side takes two launches and no sort:
+// 1. plan: the edge ids grouped by row, in increasing id order within a row (the order of a
+//    stable sort by row), with the row pointer and the long rows' pieces. Block b owns the
+//    rows [b * R, (b + 1) * R) (R <= 128, about 64 blocks) and reads every scatter index (at
+//    most 2^16, 512 KB, from L2): it counts the valid edges on rows before its own (its first
+//    row's CSR position) and, per warp, the edges of each of its rows. Warp w reads a
+//    contiguous slice of the edges, 32 at a time, so the edges of a row in warp w follow
+//    those in warps < w: row start + the counts of the warps before + the count so far in
+//    the warp + the rank among the lanes holding the same row (__match_any_sync) is each
+//    edge's position, written once. The second pass rereads only the windows of 32 edges that
+//    hold one of the block's rows. No block waits on another (no zeroed counters, no memset,
+//    no grid-wide sync), and the writes spread over the blocks: a single block doing all of
+//    it took 22 us at W1 (one SM's index loads, 16K shared atomics, 16K scattered stores).
+// 2. sum, a warp per row and one per piece of a long row: the row's ids are read in order, 32
+//    at a time (lane l loads edge l's weight and indices, the next window's in flight), the
+//    warp takes them by shuffle, kWalkEdgesInFlight rows in flight through add_edges, and
+//    the row is written once.
 // The sums are the sorted path's, bit for bit: CUB's radix sort is stable, so that path too
 // adds a row's edges in increasing id order from zero with add_edge, and a row of more than
 // piece_edges_for(E) edges is summed there in pieces of that many edges (in order), each
 // from zero, and the pieces added in order from zero (sum_pieces). Here each piece of such a
 // row has its own warp, which stores its partial sum, and the warp that finishes a row's last
-// piece (an atomic ticket per row: who adds, not what is added) adds the pieces with the same
-// sum_pieces; a hub row is thus spread over warps as in the sorted path. So the gradient does
-// not depend on which path E and the row count select, and is the same on every run.
+// piece (an atomic ticket per row: who adds, not what is added) adds the pieces in order from
+// zero; a hub row is thus spread over warps as in the sorted path. So the gradient does not
+// depend on which path E and the row count select, and is the same on every run.
 // Edges whose scatter index is out of range are in no row; those with a gather (or other)
 // index out of range are ordered with their row but add nothing, as in the sorted path.
 constexpr int64_t kSmallMaxEdges = int64_t{1} << 16;
 constexpr int64_t kSmallMaxRows = 8192;
 constexpr int kSmallPlanThreads = 1024;
-constexpr int kSmallPlanBatch = 8;  // index loads in flight per thread of the plan kernel
-// Sum kernel: 4 warps per block, each with E bits and E / 32 16-bit prefix counts of shared
-// memory: 48 KB at E = 2^16, what a block gets without opting in to more.
+constexpr int kSmallPlanWarps = kSmallPlanThreads / kWarp;
+// Windows of 32 edges whose scatter indices are in flight per warp of the plan kernel.
+constexpr int kSmallPlanBatch = 8;
+// Rows per plan block, at most (its per-warp counts: 32 x 128 int32, 16 KB of shared memory),
+// and the plan grid aimed at: every block reads all E indices, so more blocks cost L2 traffic
+// (64 x 128 KB at W1) and fewer put more of the scattered writes on each.
+constexpr int64_t kSmallPlanMaxRows = 128;
+constexpr int64_t kSmallPlanBlocks = 64;
 constexpr int kSmallThreads = 128;
+static_assert(kSmallMaxEdges <= int64_t{64} * kWarp * kSmallPlanWarps,
+              "a plan warp's windows fit one 64-bit mask");
+static_assert(kSmallMaxRows <= kSmallPlanMaxRows * kSmallPlanBlocks,
+              "the plan grid covers the rows with at most kSmallPlanMaxRows per block");
 
-// Whether the small-E backward takes this gradient: E and the rows within the plan kernel's
-// one block (and the bitmaps' shared memory), and one lane's VEC columns covering a row.
+// Whether the small-E backward takes this gradient: E and the rows within the plan's bounds,
+// and one lane's VEC columns covering a row.
 bool small_grad_fits(int64_t num_edges, int64_t num_rows, int64_t feat_dim, int vec) {
   return num_edges <= kSmallMaxEdges && num_rows <= kSmallMaxRows &&
          feat_dim <= int64_t{kWarp} * vec;
 }
 
+// The slot of piece q of a long row whose edges start at CSR position `start` (P = piece_edges):
+// with k the P-bucket of the piece's first position, 2k for the piece of the row that holds
+// position k * P, 2k + 1 for the first piece of a long row that starts inside (kP, (k + 1)P).
+// A position is in one row, and a long row that starts inside a bucket ends past it, so
+// distinct pieces get distinct slots, fewer than 2 * ceil(E / P): a plan block places its
+// rows' pieces knowing only their start positions.
+__host__ __device__ __forceinline__ int64_t small_piece_slot(int64_t start, int64_t q,
+                                                             int64_t piece_edges) {
+  const int64_t bucket = (start + q * piece_edges) / piece_edges;
+  return 2 * bucket + (start <= bucket * piece_edges ? 0 : 1);
+}
+
+inline int64_t small_max_pieces(int64_t num_edges, int64_t piece_edges) {
+  return num_edges > piece_edges ? 2 * ((num_edges + piece_edges - 1) / piece_edges) : 0;
+}
+
 // What the plan kernel leaves for the sum kernel, in one int32 tensor.
 struct SmallGradLists {
-  int32_t* rowptr;       // [num_rows + 1]: row r's edges are edges[rowptr[r], rowptr[r + 1])
-  int32_t* edges;        // [E]: edge ids grouped by row, in no particular order within a row
-  int32_t* piece_row;    // [max_pieces]: the long row that piece j belongs to, or -1
-  int32_t* piece_first;  // [max_pieces]: that row's first piece
-  int32_t* tickets;      // [max_pieces], at a row's first piece: its pieces finished so far
+  int32_t* rowptr;     // [num_rows + 1]: row r's edges are edges[rowptr[r], rowptr[r + 1])
+  int32_t* edges;      // [E]: edge ids grouped by row, increasing within a row
+  int32_t* piece_row;  // [max_pieces]: the long row whose piece has this slot (see
+  int32_t* piece_q;    // small_piece_slot) and the piece's index in it; slots no piece
+                       // has are never written: the sum kernel checks a slot against its row
+  int32_t* tickets;    // [max_pieces], at the slot of a row's piece 0: its pieces finished
 };
-
-// f(edge, row) for every edge of the plan kernel's thread whose scatter index is a row in
-// [0, num_rows), kSmallPlanBatch index loads in flight.
-template <typename index_t, typename F>
-__device__ __forceinline__ void for_each_scattered_edge(const index_t* __restrict__ scatter_index,
-                                                        int64_t scatter_stride,
-                                                        int64_t num_edges, int64_t num_rows,
-                                                        F&& f) {
-  for (int64_t base = threadIdx.x; base < num_edges;
-       base += int64_t{kSmallPlanBatch} * kSmallPlanThreads) {
-    int64_t row[kSmallPlanBatch];
-#pragma unroll
-    for (int j = 0; j < kSmallPlanBatch; ++j) {
-      const int64_t e = base + int64_t{j} * kSmallPlanThreads;
-      row[j] = e < num_edges ? static_cast<int64_t>(scatter_index[e * scatter_stride]) : -1;
-    }
-#pragma unroll
-    for (int j = 0; j < kSmallPlanBatch; ++j) {
-      if (row[j] >= 0 && row[j] < num_rows) {
-        f(static_cast<int32_t>(base + int64_t{j} * kSmallPlanThreads),
-          static_cast<int32_t>(row[j]));
-      }
-    }
-  }
-}
-
-// One block: degrees, row pointer, the long rows' pieces, and the edges grouped by row.
-template <typename index_t>
-__global__ void __launch_bounds__(kSmallPlanThreads) edge_dot_grad_small_plan_kernel(
-    const index_t* __restrict__ scatter_index, int64_t scatter_stride,  // [E]
-    int64_t num_edges, int64_t num_rows, int64_t piece_edges, int64_t max_pieces,
-    const SmallGradLists lists) {
-  using BlockScan = cub::BlockScan<int32_t, kSmallPlanThreads>;
-  constexpr int kRowsPerThread = kSmallMaxRows / kSmallPlanThreads;
-  __shared__ typename BlockScan::TempStorage scan_storage;
-  extern __shared__ int32_t small_plan_rows[];  // [num_rows]: degrees, then fill cursors
-  const int t = threadIdx.x;
-  for (int64_t r = t; r < num_rows; r += kSmallPlanThreads) small_plan_rows[r] = 0;
-  for (int64_t j = t; j < max_pieces; j += kSmallPlanThreads) {
-    lists.piece_row[j] = -1;
-    lists.tickets[j] = 0;
-  }
-  __syncthreads();
-  for_each_scattered_edge(scatter_index, scatter_stride, num_edges, num_rows,
-                          [&](int32_t, int32_t row) { atomicAdd(&small_plan_rows[row], 1); });
-  __syncthreads();
-  // Thread t owns the rows [t * per, (t + 1) * per): their edges and pieces, scanned.
-  const int per = static_cast<int>((num_rows + kSmallPlanThreads - 1) / kSmallPlanThreads);
-  const int64_t first_row = static_cast<int64_t>(t) * per;
-  int32_t degree[kRowsPerThread];
-  int32_t edges = 0, pieces = 0;
-#pragma unroll
-  for (int i = 0; i < kRowsPerThread; ++i) {
-    const int64_t r = first_row + i;
-    degree[i] = i < per && r < num_rows ? small_plan_rows[r] : 0;
-    edges += degree[i];
-    if (degree[i] > piece_edges) {
-      pieces += static_cast<int32_t>((degree[i] + piece_edges - 1) / piece_edges);
-    }
-  }
-  int32_t edge_start = 0, piece_start = 0;
-  BlockScan(scan_storage).ExclusiveSum(edges, edge_start);
-  __syncthreads();  // scan_storage is used again
-  BlockScan(scan_storage).ExclusiveSum(pieces, piece_start);
-#pragma unroll
-  for (int i = 0; i < kRowsPerThread; ++i) {
-    const int64_t r = first_row + i;
-    if (i < per && r < num_rows) {
-      lists.rowptr[r] = edge_start;
-      small_plan_rows[r] = edge_start;  // the row's fill cursor
-      if (degree[i] > piece_edges) {
-        const int32_t n = static_cast<int32_t>((degree[i] + piece_edges - 1) / piece_edges);
-        for (int32_t q = 0; q < n && piece_start + q < max_pieces; ++q) {
-          lists.piece_row[piece_start + q] = static_cast<int32_t>(r);
-          lists.piece_first[piece_start + q] = piece_start;
-        }
-        piece_start += n;
-      }
-      edge_start += degree[i];
-    }
-  }
-  if (t == kSmallPlanThreads - 1) lists.rowptr[num_rows] = edge_start;  // the valid edges
-  __syncthreads();
-  for_each_scattered_edge(scatter_index, scatter_stride, num_edges, num_rows,
-                          [&](int32_t e, int32_t row) {
-                            lists.edges[atomicAdd(&small_plan_rows[row], 1)] = e;
-                          });
-}
-
-// v, sorted ascending across the warp's lanes (lane 0 the smallest): a bitonic network.
-__device__ __forceinline__ int32_t warp_sort(int32_t v, int lane) {
-#pragma unroll
-  for (int size = 2; size <= kWarp; size *= 2) {
-#pragma unroll
-    for (int stride = size / 2; stride > 0; stride /= 2) {
-      const int32_t other = __shfl_xor_sync(0xffffffffu, v, stride);
-      const bool keep_min = ((lane & stride) == 0) == ((lane & size) == 0);
-      v = keep_min ? min(v, other) : max(v, other);
-    }
-  }
-  return v;
-}
 
 __device__ __forceinline__ int warp_inclusive_sum(int v, int lane) {
 #pragma unroll
@@ -963,19 +981,135 @@ __device__ __forceinline__ int warp_inclusive_sum(int v, int lane) {
   return v;
 }
 
-// The position of the n-th (from 0) set bit of word, which has more than n set bits.
-__device__ __forceinline__ int nth_set_bit(uint32_t word, int n) {
-  int pos = 0;
+// Block b: the CSR positions of the edges of rows [b * rows_per_block, ...), the row pointer
+// of those rows (and of num_rows, by the last block) and their pieces' slots.
+template <typename index_t>
+__global__ void __launch_bounds__(kSmallPlanThreads) edge_dot_grad_small_plan_kernel(
+    const index_t* __restrict__ scatter_index, int64_t scatter_stride,  // [E]
+    int64_t num_edges, int64_t num_rows, int64_t rows_per_block, int64_t piece_edges,
+    const SmallGradLists lists) {
+  constexpr unsigned kFull = 0xffffffffu;
+  // Per warp and owned row: its edges, then (after the scan over warps) those of the warps
+  // before it plus, during the fill, its own so far.
+  __shared__ int32_t warp_count[kSmallPlanWarps][kSmallPlanMaxRows];
+  __shared__ int32_t row_start[kSmallPlanMaxRows];  // owned rows: degree, then CSR position
+  __shared__ int32_t edges_before;  // valid edges on rows before the block's
+  const int t = threadIdx.x, warp = t / kWarp, lane = t % kWarp;
+  const unsigned lanes_below = (1u << lane) - 1u;
+  const int64_t first_row = static_cast<int64_t>(blockIdx.x) * rows_per_block;
+  const int owned_rows = static_cast<int>(
+      rows_per_block < num_rows - first_row ? rows_per_block : num_rows - first_row);
+  for (int i = t; i < kSmallPlanWarps * kSmallPlanMaxRows; i += kSmallPlanThreads) {
+    warp_count[i / kSmallPlanMaxRows][i % kSmallPlanMaxRows] = 0;
+  }
+  if (t == 0) edges_before = 0;
+  __syncthreads();
+
+  // Warp w reads the windows [w_begin, w_end) of 32 edges (at most 64).
+  const int windows = static_cast<int>((num_edges + kWarp - 1) / kWarp);
+  const int per_warp = (windows + kSmallPlanWarps - 1) / kSmallPlanWarps;
+  const int w_begin = min(windows, warp * per_warp);
+  const int w_end = min(windows, w_begin + per_warp);
+  // The lane's edge of window j: its row if valid, else -1 (no load where !want).
+  auto load_row = [&](int j, bool want) -> int64_t {
+    const int64_t e = static_cast<int64_t>(j) * kWarp + lane;
+    if (!want || e >= num_edges) return -1;
+    const int64_t row = static_cast<int64_t>(scatter_index[e * scatter_stride]);
+    return row >= 0 && row < num_rows ? row : -1;
+  };
+  auto is_owned = [&](int64_t row) { return row >= first_row && row < first_row + owned_rows; };
+
+  // Pass 1: the counts, and which windows hold an owned edge (bit j - w_begin, warp-uniform).
+  uint64_t owned_windows = 0;
+  int before = 0;
+  for (int j0 = w_begin; j0 < w_end; j0 += kSmallPlanBatch) {  // warp-uniform
+    int64_t row[kSmallPlanBatch];
 #pragma unroll
-  for (int width = 16; width > 0; width /= 2) {
-    const int low = __popc(word & ((1u << width) - 1u));
-    if (n >= low) {
-      n -= low;
-      word >>= width;
-      pos += width;
+    for (int b = 0; b < kSmallPlanBatch; ++b) row[b] = load_row(j0 + b, j0 + b < w_end);
+#pragma unroll
+    for (int b = 0; b < kSmallPlanBatch; ++b) {
+      before += row[b] >= 0 && row[b] < first_row;
+      const bool owned = is_owned(row[b]);
+      if (owned) atomicAdd(&warp_count[warp][row[b] - first_row], 1);
+      if (__ballot_sync(kFull, owned) != 0u) owned_windows |= uint64_t{1} << (j0 + b - w_begin);
     }
   }
-  return pos;
+#pragma unroll
+  for (int offset = kWarp / 2; offset > 0; offset /= 2) {
+    before += __shfl_xor_sync(kFull, before, offset);
+  }
+  if (lane == 0 && before != 0) atomicAdd(&edges_before, before);
+  __syncthreads();
+
+  // Per owned row: the exclusive prefix of the warps' counts, and the degree.
+  if (t < owned_rows) {
+    int running = 0;
+#pragma unroll 8
+    for (int w = 0; w < kSmallPlanWarps; ++w) {
+      const int count = warp_count[w][t];
+      warp_count[w][t] = running;
+      running += count;
+    }
+    row_start[t] = running;
+  }
+  __syncthreads();
+
+  // Warp 0: the rows' CSR positions (an exclusive scan of the degrees from edges_before), the
+  // row pointer and the pieces of the long rows.
+  if (warp == 0) {
+    int carry = edges_before;
+    for (int i0 = 0; i0 < owned_rows; i0 += kWarp) {  // warp-uniform
+      const int i = i0 + lane;
+      const int degree = i < owned_rows ? row_start[i] : 0;
+      const int inclusive = warp_inclusive_sum(degree, lane);
+      if (i < owned_rows) {
+        const int start = carry + inclusive - degree;
+        const int64_t row = first_row + i;
+        row_start[i] = start;
+        lists.rowptr[row] = start;
+        if (degree > piece_edges) {
+          const int64_t pieces = (degree + piece_edges - 1) / piece_edges;
+          lists.tickets[small_piece_slot(start, 0, piece_edges)] = 0;
+          for (int64_t q = 0; q < pieces; ++q) {
+            const int64_t slot = small_piece_slot(start, q, piece_edges);
+            lists.piece_row[slot] = static_cast<int32_t>(row);
+            lists.piece_q[slot] = static_cast<int32_t>(q);
+          }
+        }
+      }
+      carry += __shfl_sync(kFull, inclusive, kWarp - 1);
+    }
+    if (lane == 0 && first_row + owned_rows == num_rows) lists.rowptr[num_rows] = carry;
+  }
+  __syncthreads();
+
+  // Pass 2: each owned edge to its position, the warp's windows in order, the lanes of a
+  // window in order.
+  auto flagged = [&](int j) { return j < w_end && ((owned_windows >> (j - w_begin)) & 1u) != 0; };
+  for (int j0 = w_begin; j0 < w_end; j0 += kSmallPlanBatch) {  // warp-uniform
+    bool any = false;
+#pragma unroll
+    for (int b = 0; b < kSmallPlanBatch; ++b) any = any || flagged(j0 + b);
+    if (!any) continue;
+    int64_t row[kSmallPlanBatch];
+#pragma unroll
+    for (int b = 0; b < kSmallPlanBatch; ++b) row[b] = load_row(j0 + b, flagged(j0 + b));
+#pragma unroll
+    for (int b = 0; b < kSmallPlanBatch; ++b) {
+      if (!flagged(j0 + b)) continue;  // warp-uniform
+      const bool owned = is_owned(row[b]);
+      const int key = owned ? static_cast<int>(row[b] - first_row) : -1;
+      const unsigned peers = __match_any_sync(kFull, key);
+      int pos = 0;
+      if (owned) pos = row_start[key] + warp_count[warp][key] + __popc(peers & lanes_below);
+      __syncwarp();  // every lane has read the count before the group's first lane adds to it
+      if (owned) {
+        lists.edges[pos] = (j0 + b) * kWarp + lane;
+        if ((peers & lanes_below) == 0u) warp_count[warp][key] += __popc(peers);
+      }
+      __syncwarp();
+    }
+  }
 }
 
 // One edge as a lane holds it for the warp's sum: gather -1 when an index is out of range.
@@ -985,40 +1119,60 @@ struct SmallEdge {
   int64_t gather, other;
 };
 
+// acc = the partial sums of the pieces q = 0 .. num_pieces - 1 of the long row starting at
+// CSR position `start` (slots by small_piece_slot), added in piece order from zero: the sums
+// that sum_pieces makes of contiguous pieces, bit for bit. Loads through L2 (__ldcg): other
+// blocks of the same launch stored them.
+template <int VEC, typename acc_t>
+__device__ __forceinline__ void sum_piece_slots(const acc_t* __restrict__ partial,
+                                                int64_t start, int64_t num_pieces,
+                                                int64_t piece_edges, int64_t feat_dim,
+                                                int64_t k, acc_t (&acc)[VEC]) {
+#pragma unroll
+  for (int i = 0; i < VEC; ++i) acc[i] = acc_t(0);
+#pragma unroll 4
+  for (int64_t q = 0; q < num_pieces; ++q) {
+    const int64_t slot = small_piece_slot(start, q, piece_edges);
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) acc[i] += __ldcg(partial + slot * feat_dim + k + i);
+  }
+}
+
 // A warp per item: items [0, num_rows) are the rows (a long row's item returns at once),
-// items num_rows + j the pieces j of the long rows.
+// items num_rows + j the piece slots j (a slot that no piece has returns at once).
 template <typename scalar_t, typename index_t, int VEC, bool TRIPLE>
 __global__ void __launch_bounds__(kSmallThreads) edge_dot_grad_small_kernel(
     const scalar_t* __restrict__ grad_out,                                                // [E]
     const index_t* __restrict__ gather_index, int64_t gather_stride, int64_t num_gather,  // [E]
     const index_t* __restrict__ other_index, int64_t other_stride, int64_t num_other,     // [E]
-    const GatherRows<scalar_t> in, const SmallGradLists lists, int64_t num_edges,
-    int64_t num_rows, int64_t feat_dim, int64_t piece_edges, int64_t max_pieces,
+    const GatherRows<scalar_t> in, const SmallGradLists lists, int64_t num_rows,
+    int64_t feat_dim, int64_t piece_edges, int64_t max_pieces,
     scalar_t* __restrict__ out,                           // [num_rows, D]
     at::opmath_type<scalar_t>* __restrict__ partial) {    // [max_pieces, D]
   using acc_t = at::opmath_type<scalar_t>;
   using Edge = SmallEdge<acc_t>;
   constexpr int EPG = kWalkEdgesInFlight<TRIPLE>;
   constexpr unsigned kFull = 0xffffffffu;
-  extern __shared__ __align__(16) unsigned char small_grad_bytes[];
   const int64_t item = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
   const int lane = threadIdx.x % kWarp;
-  int64_t row = item, piece = -1;
+  int64_t row = item, piece = -1, q = 0;
   if (item >= num_rows) {
     piece = item - num_rows;
     if (piece >= max_pieces) return;  // the whole warp
     row = lists.piece_row[piece];
-    if (row < 0) return;
+    q = lists.piece_q[piece];
+    if (row < 0 || row >= num_rows) return;  // a slot no piece has (checked in full below)
   }
+  // Positions and ranks fit 32 bits (E <= 2^16).
   const int begin = lists.rowptr[row];
   const int degree = lists.rowptr[row + 1] - begin;
   const bool long_row = degree > piece_edges;
-  if (piece < 0 && long_row) return;  // its pieces' warps sum it
-  int first_piece = 0, num_pieces = 0, lo = 0, hi = degree;  // ranks [lo, hi) of the row
+  if (long_row != (piece >= 0)) return;  // a long row's pieces sum it; a short row is no piece
+  int num_pieces = 0, lo = 0, hi = degree;  // ranks [lo, hi) of the row
   if (long_row) {
-    first_piece = lists.piece_first[piece];
     num_pieces = static_cast<int>((degree + piece_edges - 1) / piece_edges);
-    lo = static_cast<int>((piece - first_piece) * piece_edges);
+    if (q < 0 || q >= num_pieces || small_piece_slot(begin, q, piece_edges) != piece) return;
+    lo = static_cast<int>(q * piece_edges);
     hi = lo + piece_edges < degree ? static_cast<int>(lo + piece_edges) : degree;
   }
   const int64_t k = static_cast<int64_t>(lane) * VEC;
@@ -1027,9 +1181,13 @@ __global__ void __launch_bounds__(kSmallThreads) edge_dot_grad_small_kernel(
 #pragma unroll
   for (int i = 0; i < VEC; ++i) acc[i] = acc_t(0);
 
-  auto load_edge = [&](int32_t e, bool has) {
+  // The row's edge `rank`, or -1 past the range.
+  const int32_t* __restrict__ ids = lists.edges + begin;
+  auto load_id = [&](int rank) { return rank < hi ? ids[rank] : -1; };
+  // Edge e's weight and indices (an empty edge for e = -1).
+  auto load_edge = [&](int64_t e) {
     Edge edge{acc_t(0), -1, 0};
-    if (has) {
+    if (e >= 0) {
       const int64_t g = static_cast<int64_t>(gather_index[e * gather_stride]);
       bool ok = g >= 0 && g < num_gather;
       int64_t o = 0;
@@ -1060,54 +1218,10 @@ __global__ void __launch_bounds__(kSmallThreads) edge_dot_grad_small_kernel(
     }
   };
 
-  if (!long_row && degree <= kWarp) {
-    // One id per lane, sorted across the lanes (lanes past the row hold INT32_MAX).
-    int32_t e = lane < degree ? lists.edges[begin + lane] : std::numeric_limits<int32_t>::max();
-    e = warp_sort(e, lane);
-    add_lane_edges(load_edge(e, lane < degree), degree);
-  } else {
-    // The row's ids as a bitmap over [0, E), and prefix[w] = the set bits in words [0, w),
-    // at most 32 * w < 2^16.
-    const int words = static_cast<int>((num_edges + kWarp - 1) / kWarp);
-    // Shared memory: every warp's bits, then every warp's prefix counts.
-    const int64_t warp_in_block = threadIdx.x / kWarp;
-    uint32_t* const all_bits = reinterpret_cast<uint32_t*>(small_grad_bytes);
-    uint32_t* const bits = all_bits + warp_in_block * words;
-    uint16_t* const prefix =
-        reinterpret_cast<uint16_t*>(all_bits + (kSmallThreads / kWarp) * words) +
-        warp_in_block * words;
-    for (int w = lane; w < words; w += kWarp) bits[w] = 0;
-    __syncwarp();
-    for (int i = begin + lane; i < begin + degree; i += kWarp) {
-      const int32_t e = lists.edges[i];
-      atomicOr(&bits[e / kWarp], 1u << (e % kWarp));
-    }
-    __syncwarp();
-    int carry = 0;
-    for (int w0 = 0; w0 < words; w0 += kWarp) {  // warp-uniform
-      const int w = w0 + lane;
-      const int count = w < words ? __popc(bits[w]) : 0;
-      const int inclusive = warp_inclusive_sum(count, lane);
-      if (w < words) prefix[w] = static_cast<uint16_t>(carry + inclusive - count);
-      carry += __shfl_sync(kFull, inclusive, kWarp - 1);
-    }
-    __syncwarp();
-    for (int rank0 = lo; rank0 < hi; rank0 += kWarp) {  // warp-uniform
-      const int rank = rank0 + lane;
-      const bool has = rank < hi;
-      int e = 0;
-      if (has) {
-        // The last word whose prefix is <= rank, the one holding it: binary search over the
-        // words (at most 2^16 / 32 = 2048 of them).
-        int w = 0;
-#pragma unroll
-        for (int step = 1024; step > 0; step /= 2) {
-          if (w + step < words && prefix[w + step] <= rank) w += step;
-        }
-        e = w * kWarp + nth_set_bit(bits[w], rank - prefix[w]);
-      }
-      add_lane_edges(load_edge(e, has), min(kWarp, hi - rank0));
-    }
+  // The ranks in windows of 32, in order (a row of at most 32 edges is one window).
+#pragma unroll 1
+  for (int window = lo; window < hi; window += kWarp) {  // warp-uniform
+    add_lane_edges(load_edge(load_id(window + lane)), min(kWarp, hi - window));
   }
 
   if (!long_row) {
@@ -1118,11 +1232,11 @@ __global__ void __launch_bounds__(kSmallThreads) edge_dot_grad_small_kernel(
   __threadfence();  // the partial is visible device-wide before the ticket says it is there
   __syncwarp();
   int ticket = 0;
-  if (lane == 0) ticket = atomicAdd(&lists.tickets[first_piece], 1);
+  if (lane == 0) ticket = atomicAdd(&lists.tickets[small_piece_slot(begin, 0, piece_edges)], 1);
   if (__shfl_sync(kFull, ticket, 0) != num_pieces - 1) return;
   __threadfence();  // the other pieces' partials, read after their tickets
   if (active) {
-    sum_pieces<VEC>(partial, first_piece, first_piece + num_pieces, feat_dim, k, acc);
+    sum_piece_slots<VEC>(partial, begin, num_pieces, piece_edges, feat_dim, k, acc);
     store_vec<VEC>(out + row * feat_dim + k, acc);
   }
 }
@@ -1135,7 +1249,7 @@ void launch_small_grad(const at::Tensor& grad_out, const at::Tensor& x_gather,
   using acc_t = at::opmath_type<scalar_t>;
   const int64_t num_edges = grad_out.size(0), num_rows = out.size(0), feat_dim = out.size(1);
   const int64_t piece_edges = piece_edges_for(num_edges);
-  const int64_t max_pieces = max_pieces_for(num_edges, piece_edges);
+  const int64_t max_pieces = small_max_pieces(num_edges, piece_edges);
   at::Tensor storage = at::empty({num_rows + 1 + num_edges + 3 * max_pieces},
                                  out.options().dtype(at::kInt));
   int32_t* base = storage.mutable_data_ptr<int32_t>();
@@ -1147,23 +1261,22 @@ void launch_small_grad(const at::Tensor& grad_out, const at::Tensor& x_gather,
     partial = at::empty({max_pieces, feat_dim},
                         out.options().dtype(at::toOpMathType(out.scalar_type())));
   }
-  edge_dot_grad_small_plan_kernel<index_t>
-      <<<1, kSmallPlanThreads, num_rows * sizeof(int32_t), stream>>>(
-          scatter_index.const_data_ptr<index_t>(), scatter_index.stride(0), num_edges,
-          num_rows, piece_edges, max_pieces, lists);
+  const int64_t rows_per_block = std::clamp<int64_t>(
+      (num_rows + kSmallPlanBlocks - 1) / kSmallPlanBlocks, 1, kSmallPlanMaxRows);
+  const int64_t plan_grid = (num_rows + rows_per_block - 1) / rows_per_block;
+  edge_dot_grad_small_plan_kernel<index_t><<<plan_grid, kSmallPlanThreads, 0, stream>>>(
+      scatter_index.const_data_ptr<index_t>(), scatter_index.stride(0), num_edges, num_rows,
+      rows_per_block, piece_edges, lists);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   const int64_t warps_per_block = kSmallThreads / kWarp;
-  const int64_t words = (num_edges + kWarp - 1) / kWarp;
-  const size_t shared_bytes = warps_per_block * words * (sizeof(uint32_t) + sizeof(uint16_t));
   const int64_t items = num_rows + max_pieces;
   edge_dot_grad_small_kernel<scalar_t, index_t, VEC, TRIPLE>
-      <<<(items + warps_per_block - 1) / warps_per_block, kSmallThreads, shared_bytes, stream>>>(
+      <<<(items + warps_per_block - 1) / warps_per_block, kSmallThreads, 0, stream>>>(
           grad_out.const_data_ptr<scalar_t>(), gather_index.const_data_ptr<index_t>(),
           gather_index.stride(0), x_gather.size(0),
           TRIPLE ? other_index.const_data_ptr<index_t>() : nullptr,
           TRIPLE ? other_index.stride(0) : 0, TRIPLE ? x_other.size(0) : 0, in, lists,
-          num_edges, num_rows, feat_dim, piece_edges, max_pieces,
-          out.mutable_data_ptr<scalar_t>(),
+          num_rows, feat_dim, piece_edges, max_pieces, out.mutable_data_ptr<scalar_t>(),
           partial.defined() ? partial.mutable_data_ptr<acc_t>() : nullptr);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }

@@ -231,8 +231,11 @@ def register_fake_and_autograd() -> None:
 
     def setup_context(ctx, inputs, output):
         ctx.save_for_backward(*inputs)
+        ctx.set_materialize_grads(False)  # no zero tensor (a fill kernel) for first_bad
 
     def backward(ctx, grad_out, _grad_first_bad):
+        if grad_out is None:
+            return None, None, None, None
         # The flattened pairs (src_index[n], cand_index[n, k]) are edges of edge_dot, whose
         # gradient op scatters them; pairs with an index out of range contribute nothing.
         x_src, x_dst, src_index, cand_index = ctx.saved_tensors

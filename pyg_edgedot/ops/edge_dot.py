@@ -159,8 +159,13 @@ def register_fake_and_autograd() -> None:
 
     def setup_context(ctx, inputs, output):
         ctx.save_for_backward(*inputs)
+        # first_bad (int64) has no gradient: left undefined, not a zero tensor (a fill kernel
+        # per backward on CUDA).
+        ctx.set_materialize_grads(False)
 
     def backward(ctx, grad_out, _grad_first_bad):
+        if grad_out is None:
+            return None, None, None, None
         x_src, x_dst, src_index, dst_index = ctx.saved_tensors
         return (*pair_grads(ctx.needs_input_grad, grad_out.contiguous(), x_src, x_dst,
                             src_index, dst_index), None, None)

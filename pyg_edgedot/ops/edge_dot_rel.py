@@ -83,8 +83,11 @@ def register_fake_and_autograd() -> None:
 
     def setup_context(ctx, inputs, output):
         ctx.save_for_backward(*inputs)
+        ctx.set_materialize_grads(False)  # no zero tensor (a fill kernel) for first_bad
 
     def backward(ctx, grad_out, _grad_first_bad):
+        if grad_out is None:
+            return None, None, None, None, None, None
         x_src, x_dst, rel, src_index, dst_index, rel_index = ctx.saved_tensors
         grad = torch.ops.pyg_edgedot.edge_dot_rel_grad
         grad_out = grad_out.contiguous()
