@@ -403,7 +403,7 @@ def _keys_of(pairs, num_nodes):
 @pytest.mark.parametrize("case", [(2_000, 20_000, 150_000), (300, 2_000, 70_000),
                                   (100, 500, 9_000)], ids=str)
 def test_large_draw_guarantees_and_order(gen, device, backend, case, replace):
-    # (N, E, k): sparse with > 2**16 keys (radix sort, bucketed shuffle, parallel parts),
+    # (N, E, k): sparse with > 2**16 draws (radix sort, parallel parts, back to draw order),
     # dense (the whole complement, then a bucketed shuffle), and a small in-cache one.
     num_nodes, num_edges, num = case
     edge_index = random_graph(gen, num_nodes, num_nodes, num_edges)
@@ -431,8 +431,9 @@ def test_large_draw_guarantees_and_order(gen, device, backend, case, replace):
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_large_draw_with_replacement_is_iid(device, backend):
-    # 2**17 draws of the 22 pairs (the bucketed shuffle of sorted draws): uniform counts, and
-    # consecutive draws independent (chi-square over the 22 x 22 transitions).
+    # 2**17 draws of the 22 pairs (sorted by rank for the merge, then put back in draw order):
+    # uniform counts, and consecutive draws independent (chi-square over the 22 x 22
+    # transitions).
     universe = sorted(complement(SMALL_EDGES, 6, 6, False))
     sampler = NegativeSampler(SMALL_EDGES.to(device), 6)
     neg = sampler.sample(1 << 17, replace=True, generator=device_gen(8, device)).cpu()
