@@ -1,6 +1,7 @@
 // What the kernels that draw random pairs share (edge_dot_loss's in-kernel negatives and
 // negative_sample's draw): the counter-based generator's core (splitmix64's increment and
-// finalizer) and the rank -> key search over a graph's excluded keys, as host/device functions.
+// finalizer) and the rank -> key search over a graph's excluded keys (with its optional bucket
+// index), as host/device functions.
 #pragma once
 
 #include <cmath>
@@ -32,6 +33,45 @@ PYG_EDGEDOT_HD int64_t upper_bound(const int64_t* adj, int64_t lo, int64_t hi, i
     len = right ? len - half - 1 : half;
   }
   return lo;
+}
+
+// An optional index over adj (kernels build it per call for long adj):
+// bucket[b] = #{i : adj[i] < b << shift}, b = 0 .. num_buckets, so the count for r lies
+// between the entries of bucket r >> shift and the next: about one cache miss each instead of
+// a binary search's log2(A). The count is the same with or without it.
+struct AdjIndex {
+  const int64_t* bucket;  // [num_buckets + 1], or null
+  int64_t num_buckets;
+  int shift;
+};
+
+// Below this many keys adj stays in cache and plain binary searches serve; from it on, the
+// kernels index it.
+constexpr int64_t kAdjIndexMinKeys = 4096;
+
+// The shape of the index over num_adj keys: at most max_buckets buckets (each kernel picks
+// its density), covering every rank below num_ranks. Sets num_buckets and shift and leaves
+// bucket null for the caller to fill; false (index all zero) when adj is too short to index.
+inline bool plan_adj_index(int64_t num_adj, int64_t num_ranks, int64_t max_buckets,
+                           AdjIndex& index) {
+  index = AdjIndex{nullptr, 0, 0};
+  if (num_adj < kAdjIndexMinKeys) return false;
+  while ((num_ranks >> index.shift) > max_buckets) ++index.shift;
+  index.num_buckets = (num_ranks >> index.shift) + 1;
+  return true;
+}
+
+// The key of the complement's rank: rank + upper_bound(adj, 0, A, rank), through the index
+// where there is one. A negative rank (edge_dot_loss's, for a source without negatives) is
+// returned as it is (every adj_i >= 0).
+PYG_EDGEDOT_HD int64_t rank_to_key(const int64_t* adj, int64_t num_adj, const AdjIndex& index,
+                                   int64_t rank) {
+  if (rank < 0) return rank;
+  const int64_t b = rank >> index.shift;
+  if (index.bucket != nullptr && b < index.num_buckets) {
+    return rank + upper_bound(adj, index.bucket[b], index.bucket[b + 1], rank);
+  }
+  return rank + upper_bound(adj, 0, num_adj, rank);
 }
 
 }  // namespace rng

@@ -37,41 +37,11 @@ PYG_EDGEDOT_HD int64_t scaled(double u, int64_t m) {
   return r < m - 1 ? r : m - 1;
 }
 
-// An optional index over adj (the CPU and CUDA kernels build it per call for long adj):
-// bucket[b] = #{i : adj[i] < b << shift}, b = 0 .. num_buckets, so the count for r lies
-// between the entries of bucket r >> shift and the next: about one cache miss each instead of
-// a binary search's log2(A). The count is the same with or without it.
-struct AdjIndex {
-  const int64_t* bucket;  // [num_buckets + 1], or null
-  int64_t num_buckets;
-  int shift;
-};
-
-// Below this many keys adj stays in cache and plain binary searches serve; from it on, both
-// kernels index it.
-constexpr int64_t kAdjIndexMinKeys = 4096;
-
-// The shape of the index over num_adj keys: at most max_buckets buckets (each kernel picks
-// its density), covering every rank below num_ranks. Sets num_buckets and shift and leaves
-// bucket null for the caller to fill; false (index all zero) when adj is too short to index.
-inline bool plan_adj_index(int64_t num_adj, int64_t num_ranks, int64_t max_buckets,
-                           AdjIndex& index) {
-  index = AdjIndex{nullptr, 0, 0};
-  if (num_adj < kAdjIndexMinKeys) return false;
-  while ((num_ranks >> index.shift) > max_buckets) ++index.shift;
-  index.num_buckets = (num_ranks >> index.shift) + 1;
-  return true;
-}
-
-PYG_EDGEDOT_HD int64_t rank_to_key(const int64_t* adj, int64_t num_adj, const AdjIndex& index,
-                                   int64_t rank) {
-  if (rank < 0) return rank;  // every adj_i >= 0
-  const int64_t b = rank >> index.shift;
-  if (index.bucket != nullptr && b < index.num_buckets) {
-    return rank + rng::upper_bound(adj, index.bucket[b], index.bucket[b + 1], rank);
-  }
-  return rank + rng::upper_bound(adj, 0, num_adj, rank);
-}
+// The bucket index over adj (counter_rng.h's, shared with negative_sample's CUDA kernel).
+using rng::AdjIndex;
+using rng::kAdjIndexMinKeys;
+using rng::plan_adj_index;
+using rng::rank_to_key;
 
 // floor(a / b) and a - b * floor(a / b) (Python's // and %, which the composite uses, so
 // negative keys of out-of-range sources decode alike), b >= 1: a float64 estimate of the

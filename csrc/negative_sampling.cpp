@@ -1,8 +1,8 @@
 // Exact negative sampling over one graph (NegativeSampler and its draws): the schemas. The kernels:
 // csrc/cpu/negative_sampling_kernel.cpp (CPU) and csrc/cuda/negative_sampling_kernel.cu (CUDA),
 // sharing csrc/negative_sampling_common.h. What each device promises for a given `seed`: the
-// two kernels return the same draws, bit for bit (the CUDA kernel computes the CPU kernel's
-// permutation with sorts; see its header). Without a compiled kernel for the device, the
+// two kernels return the same draws, bit for bit (the CUDA kernel computes them by parallel
+// steps; see its header). Without a compiled kernel for the device, the
 // pure-PyTorch implementation registered from pyg_edgedot/ops/negative_sampling.py serves: it
 // draws from the same distribution with a torch generator seeded with `seed`, so its draws
 // differ from the kernels'.
@@ -16,13 +16,16 @@ TORCH_LIBRARY_FRAGMENT(pyg_edgedot, m) {
   // dst skipping src) or "undirected" (the index of (i < j) in the strict upper triangle of
   // N_src nodes).
   // replace=False: `count` distinct keys (count <= M), a uniform count-subset of the
-  // complement in uniform random order; replace=True: `count` i.i.d. uniform keys.
+  // complement in uniform random order (for count < M / 4 the first `count` distinct ranks of
+  // the i.i.d. rank stream, in order of first appearance); replace=True: `count` i.i.d.
+  // uniform keys (the stream's first `count` ranks).
   // Returns [2, count] pairs (src; dst) in `dtype` (int32 or int64); "undirected" returns
   // [2, 2 * count]: the pairs (i < j), then their mirrors (j, i).
   // The draws are a pure function of the arguments (a counter-based generator seeded with
   // `seed`; see the kernels), whatever the device, the number of threads or the GPU.
   // first_round: how many i.i.d. ranks the first round of a sparse replace=False draw takes
   // (-1: enough that a second round is rare; tests pass fewer to exercise the top-up rounds).
+  // The draw does not depend on it.
   m.def("negative_sample(Tensor excluded_adj, int num_ranks, int count, int seed, "
         "bool replace, str mode, int num_src_nodes, int num_dst_nodes, ScalarType dtype, "
         "int first_round=-1) -> Tensor");

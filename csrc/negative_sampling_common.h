@@ -18,8 +18,10 @@
 namespace pyg_edgedot {
 namespace negsample {
 
+using rng::AdjIndex;
 using rng::kGamma;
 using rng::mix64;
+using rng::rank_to_key;  // rank r of the complement -> its key r + #{i : adj_i <= r}
 using rng::upper_bound;
 constexpr uint64_t kStreamStep = 0xD1B54A32D192ED03ULL;  // odd: distinct stream keys
 constexpr uint64_t kRankStream = 0, kBucketStream = 1, kShuffleStream = 2;
@@ -67,11 +69,6 @@ struct Stream {
     return high;
   }
 };
-
-// Rank r of the complement -> its key r + #{i : adj_i <= r}.
-PYG_EDGEDOT_HD int64_t rank_to_key(const int64_t* adj, int64_t num_adj, int64_t r) {
-  return r + upper_bound(adj, 0, num_adj, r);
-}
 
 // The permutation's Fisher-Yates step at position p of a run [.., end) swaps p with this
 // position of [p, end), drawn at counter p of the shuffle stream.
@@ -171,8 +168,8 @@ inline int64_t iid_draw_count(int64_t want, int64_t free) {
   return static_cast<int64_t>(std::ceil(-f * std::log1p(-w / f) + 4.0 * std::sqrt(w) + 8.0));
 }
 
-// i.i.d. ranks of [0, M) a top-up round draws while `held` distinct ones are held: a draw
-// lands outside them with probability (M - held) / M > 3/4.
+// More draws of the rank stream for a sparse draw whose draws so far hold only `held` distinct
+// ranks (a top-up round): a new draw lands outside them with probability (M - held) / M > 3/4.
 inline int64_t top_up_draw_count(int64_t count, int64_t held, int64_t num_ranks, int round) {
   PYG_EDGEDOT_CHECK(round <= kMaxTopUpRounds, "negative_sample: ", std::to_string(round),
                     " top-up rounds left ", std::to_string(count - held),

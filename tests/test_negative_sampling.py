@@ -403,7 +403,7 @@ def _keys_of(pairs, num_nodes):
 @pytest.mark.parametrize("case", [(2_000, 20_000, 150_000), (300, 2_000, 70_000),
                                   (100, 500, 9_000)], ids=str)
 def test_large_draw_guarantees_and_order(gen, device, backend, case, replace):
-    # (N, E, k): sparse with > 2**16 keys (radix sort, bucketed shuffle, parallel parts),
+    # (N, E, k): sparse with > 2**16 draws (radix sort, parallel parts, back to draw order),
     # dense (the whole complement, then a bucketed shuffle), and a small in-cache one.
     num_nodes, num_edges, num = case
     edge_index = random_graph(gen, num_nodes, num_nodes, num_edges)
@@ -431,8 +431,9 @@ def test_large_draw_guarantees_and_order(gen, device, backend, case, replace):
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_large_draw_with_replacement_is_iid(device, backend):
-    # 2**17 draws of the 22 pairs (the bucketed shuffle of sorted draws): uniform counts, and
-    # consecutive draws independent (chi-square over the 22 x 22 transitions).
+    # 2**17 draws of the 22 pairs (sorted by rank for the merge, then put back in draw order):
+    # uniform counts, and consecutive draws independent (chi-square over the 22 x 22
+    # transitions).
     universe = sorted(complement(SMALL_EDGES, 6, 6, False))
     sampler = NegativeSampler(SMALL_EDGES.to(device), 6)
     neg = sampler.sample(1 << 17, replace=True, generator=device_gen(8, device)).cpu()
@@ -733,8 +734,9 @@ def test_backend_is_the_kernel_when_built():
 # ---------------------------------------------------------------------------------------
 
 # (N_src, N_dst or None, E, mode space, count, replace, first_round): every path of both
-# kernels: sparse draws with and without top-up rounds, dense draws of part or all of the
-# complement, i.i.d. draws, in-cache (<= 2**16 keys) and bucketed permutations, three modes.
+# kernels: sparse draws with and without top-up rounds (rank and draw index packed in one word
+# or not), dense draws of part or all of the complement (in-cache, <= 2**16 keys, and bucketed
+# permutations), i.i.d. draws, three modes.
 SAME_DRAW_CASES = [
     (50, None, 200, "directed", 100, False, -1),        # sparse, in cache
     (50, None, 200, "directed", 100, False, 0),         # every rank from top-up rounds
@@ -751,6 +753,8 @@ SAME_DRAW_CASES = [
     (60, None, 500, "undirected", 400, False, -1),      # undirected: [2, 2 * count]
     (400, None, 3000, "undirected", 70_000, False, -1),  # undirected, bucketed
     (1, 1, 0, "directed", 1, False, -1),                # one key
+    (2 ** 28, 2 ** 28 + 3, 50, "directed", 100, False, -1),  # rank + index bits > 63: the
+    (2 ** 28, 2 ** 28 + 3, 50, "directed", 100, False, 0),   # index sorted as a payload
 ]
 
 
@@ -791,10 +795,13 @@ def test_cuda_kernel_gives_the_cpu_kernels_draws(case, dtype):
         assert torch.equal(draws[0], draws[1].cpu()), (case, seed)
 
 
-# A model of csrc/cuda/negative_sampling_kernel.cu, step for step, in Python: the same
-# counters, sorts and the parallel reconstruction of the Fisher-Yates shuffle (prev, last,
-# chains). Checked against the C++ kernel, it shows (without a GPU) that the CUDA kernel's
-# algorithm computes the CPU kernel's draws.
+# The draw's definition in plain Python (negative_sampling_common.h's generator): the keys both
+# kernels decode, in output order. replace=True: the keys of ranks 0, 1, ... of the rank stream;
+# sparse replace=False (count < M / 4): the first `count` distinct ranks of that stream, in order
+# of first appearance, whatever the rounds the kernels drew them in; dense: the permutation of
+# the whole complement, modelled step for step as the CUDA kernel computes it (prev, last,
+# chains), which shows without a GPU that its parallel reconstruction gives the CPU kernel's
+# Fisher-Yates shuffle.
 _M64 = (1 << 64) - 1
 _GAMMA, _STEP = 0x9E3779B97F4A7C15, 0xD1B54A32D192ED03
 
@@ -822,28 +829,27 @@ class _Stream:
         return product >> 64
 
 
-def _iid_draw_count(want, free):
-    return math.ceil(-free * math.log1p(-want / free) + 4.0 * math.sqrt(want) + 8.0)
+def _first_distinct(stream, num_ranks, count):
+    """The first `count` distinct values of the i.i.d. stream below(0), below(1), ..."""
+    seen, order, counter = set(), [], 0
+    while len(order) < count:
+        r = stream.below(counter, num_ranks)
+        counter += 1
+        if r not in seen:
+            seen.add(r)
+            order.append(r)
+    return order
 
 
-def _model_cuda_draw(adj, num_ranks, count, seed, replace, first_round):
-    """The keys the CUDA kernel decodes, in output order."""
-    ranks_stream = _Stream(seed, 0)
+def _reference_draw(adj, num_ranks, count, seed, replace):
+    """The keys the kernels decode, in output order."""
+    rank_stream = _Stream(seed, 0)
+    key = lambda r: r + bisect.bisect_right(adj, r)  # noqa: E731
     if replace:
-        ranks = sorted(ranks_stream.below(c, num_ranks) for c in range(count))
-    elif count >= (num_ranks + 3) // 4:
-        ranks = list(range(num_ranks))
-    else:
-        draws = first_round if first_round >= 0 else _iid_draw_count(count, num_ranks)
-        held = {ranks_stream.below(c, num_ranks) for c in range(draws)}
-        used = draws
-        while len(held) < count:
-            free = num_ranks - len(held)
-            draws = math.ceil(float(_iid_draw_count(count - len(held), free)) * num_ranks / free)
-            held |= {ranks_stream.below(used + c, num_ranks) for c in range(draws)}
-            used += draws
-        ranks = sorted(held)
-    keys = [r + bisect.bisect_right(adj, r) for r in ranks]
+        return [key(rank_stream.below(c, num_ranks)) for c in range(count)]
+    if count < (num_ranks + 3) // 4:
+        return [key(r) for r in _first_distinct(rank_stream, num_ranks, count)]
+    keys = [key(r) for r in range(num_ranks)]
     n = len(keys)
     shuffle = _Stream(seed, 2)
     if n <= 1 << 16:  # one run, steps at g < min(count, n - 1)
@@ -884,17 +890,65 @@ def _model_cuda_draw(adj, num_ranks, count, seed, replace, first_round):
 
 @pytest.mark.skipif(OP_IMPL != "cpp", reason="the C++ kernel was not built")
 @pytest.mark.parametrize("case", [c for c in SAME_DRAW_CASES if c[4] <= 70_000], ids=str)
-def test_cuda_algorithm_model_gives_the_cpu_kernels_draws(case):
+def test_kernel_draws_follow_the_definition(case):
     count, replace, first_round = case[4:]
     sampler, key_space = _space_for(make_gen(31), case, "cpu")
     count = min(count, key_space.num_free)
     seed = 987654321
-    keys = _model_cuda_draw(key_space.adj.tolist(), key_space.num_free, count, seed, replace,
-                            first_round)
+    keys = _reference_draw(key_space.adj.tolist(), key_space.num_free, count, seed, replace)
     expected = ns_mod._pairs(key_space.mode, torch.tensor(keys, dtype=torch.long),
                              sampler.num_src_nodes, sampler.num_dst_nodes, torch.int64)
     assert torch.equal(_op_draw(sampler, key_space, count, seed, replace, first_round),
                        expected)
+
+
+@pytest.mark.skipif(OP_IMPL != "cpp", reason="the C++ kernel was not built")
+@pytest.mark.parametrize("count", [1, 37, 5_000])
+def test_sparse_draw_is_the_first_distinct_of_one_stream(gen, count):
+    # Whatever the first round's size (0 and 1: every rank from top-up rounds; 4 * count: one
+    # round with many more draws than needed), the draw is the first `count` distinct ranks of
+    # the one i.i.d. stream of ranks, in order of first appearance.
+    edge_index = random_graph(gen, 300, 300, 2_000)
+    sampler = NegativeSampler(edge_index, 300)
+    space = sampler._directed
+    for seed in (3, 2 ** 62 + 1):
+        ranks = torch.tensor(_first_distinct(_Stream(seed, 0), space.num_free, count))
+        keys = ranks + torch.searchsorted(space.adj, ranks, right=True)
+        expected = ns_mod._pairs(space.mode, keys, 300, 300, torch.int64)
+        for first_round in (-1, 0, 1, count // 2, 4 * count):
+            assert torch.equal(_op_draw(sampler, space, count, seed, False, first_round),
+                               expected), (seed, first_round)
+
+
+def _first_two_counts(draws, num_ranks):
+    """Counts of the ordered pair (first, second) of each draw's ranks, num_ranks^2 cells."""
+    first, second = draws[:, 0], draws[:, 1]
+    return torch.bincount(first * num_ranks + second, minlength=num_ranks * num_ranks)
+
+
+@pytest.mark.skipif(OP_IMPL != "cpp", reason="the C++ kernel was not built")
+def test_sparse_draw_order_is_uniform():
+    # 12 ranks (an empty graph of 4 nodes, no loops), 2 drawn (sparse: 2 < 12 / 4), 20,000
+    # seeds: the first column is every rank equally often, and so is every ordered pair
+    # (first, second) of distinct ranks (132 cells, ~150 each). The test can fail: the same
+    # statistic on the pair sorted (a uniform subset in sorted order) is rejected.
+    empty = torch.empty(2, 0, dtype=torch.long)
+    sampler = NegativeSampler(empty, 4)
+    space = sampler._directed
+    num_ranks = space.num_free
+    assert num_ranks == 12
+    draws = torch.stack([_keys_of(_op_draw(sampler, space, 2, seed, False, -1), 4)
+                         for seed in range(20_000)])
+    # keys of the no-loops space: src * 4 + dst -> rank (the complement is all 12 pairs)
+    key_to_rank = {k: r for r, k in enumerate(sorted(i * 4 + j for i in range(4)
+                                                     for j in range(4) if i != j))}
+    draws = draws.apply_(lambda k: key_to_rank[k])
+    assert bool((draws[:, 0] != draws[:, 1]).all())
+    assert _chi2_uniform(torch.bincount(draws[:, 0], minlength=12)) > 1e-3
+    off_diagonal = ~torch.eye(12, dtype=torch.bool).view(-1)
+    assert _chi2_uniform(_first_two_counts(draws, 12)[off_diagonal]) > 1e-3
+    ordered = torch.sort(draws, dim=1).values
+    assert _chi2_uniform(_first_two_counts(ordered, 12)[off_diagonal]) < 1e-6
 
 
 # ---------------------------------------------------------------------------------------

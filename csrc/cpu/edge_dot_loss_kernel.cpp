@@ -184,7 +184,7 @@ PYG_EDGEDOT_AVX2_TARGET at::opmath_type<scalar_t> forward_block_avx2(
 }
 #endif
 
-// The bucket index over adj (edge_dot_loss_common.h's AdjIndex) when adj is long enough that
+// The bucket index over adj (counter_rng.h's AdjIndex) when adj is long enough that
 // binary searches would miss the cache: about two buckets per entry, built in one O(A) pass
 // per call (~2 ms at A = 1M). Shorter adj: plain binary searches (an empty vector).
 std::vector<int64_t> build_adj_index(const at::Tensor& adj, int64_t num_ranks,

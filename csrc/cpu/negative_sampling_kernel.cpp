@@ -1,29 +1,34 @@
 // CPU kernel of negative_sample (schema in csrc/negative_sampling.cpp): exact uniform
-// negatives of one graph, in four linear passes instead of binary searches. The generator,
-// the per-element math and the checks are csrc/negative_sampling_common.h's, shared with the
-// CUDA kernel, which computes the same draws by another route (its header says how):
+// negatives of one graph, by linear passes instead of binary searches. The generator, the
+// per-element math and the checks are csrc/negative_sampling_common.h's, shared with the CUDA
+// kernel, which computes the same draws by another route (its header says how). Rank i of the
+// rank stream is the i-th i.i.d. uniform rank in [0, M) (M: the complement's size):
 //
-//   1. ranks: i.i.d. uniform in [0, M) from a counter-based generator (parallel);
-//   2. an LSD radix sort of the ranks; replace=False: duplicates dropped, and top-up rounds
-//      of more i.i.d. ranks until `count` distinct ranks are held (rare: the first round
-//      draws 4 sqrt(count) + 8 more ranks than it expects to need, many standard deviations
-//      of the number of duplicates);
-//   3. rank r -> key r + #{i : adj_i <= r} by one merge of the sorted ranks with
-//      excluded_adj (pyg_edgedot/ops/negative_sampling.py's docstring says why), branch-free
-//      (galloping where excluded_adj is much the longer);
-//   4. a uniform random permutation of the keys, whose first `count` are decoded into pairs.
-// Dense requests (replace=False, count >= M / 4) take the whole complement (O(M) = O(count))
-// in place of steps 1-2.
+//   replace=True: the keys of ranks 0 .. count - 1, in draw order;
+//   replace=False, count < M / 4 (sparse): the keys of the first `count` distinct ranks of
+//     the stream, in order of first appearance;
+//   replace=False, count >= M / 4 (dense): the first `count` keys of a uniform random
+//     permutation of the whole complement (O(M) = O(count)).
+//
+// The sparse and i.i.d. draws: n ranks (counters 0 .. n - 1; sparse: n = count plus a margin,
+// iid_draw_count) are sorted by (rank, draw index) with an LSD radix sort on the rank bits
+// (rank << index_bits | index in one word where it fits, else the index as a payload); rank
+// r -> key r + #{i : adj_i <= r} by one merge of the sorted ranks with excluded_adj
+// (pyg_edgedot/ops/negative_sampling.py's docstring says why), branch-free (galloping where
+// excluded_adj is much the longer); then each key goes to its draw index. Sparse: the first of
+// each run of equal ranks is its first appearance, the others (repeats) are dropped by one pass
+// in draw order, which keeps the first `count`. Fewer than `count` distinct ranks (rare: the
+// margin is 4 sqrt(count) + 8 draws, many standard deviations of the number of repeats): the
+// draw runs again with more draws of the same stream (top_up_draw_count), which gives the same
+// first appearances, so the result is the first `count` distinct ranks of one stream whatever
+// the number of rounds.
 //
 // Why the result is exact:
-// * replace=False: every round draws i.i.d. uniform ranks and how many it draws depends only
-//   on how many distinct ranks are held, so the law of the whole process is invariant under
-//   any permutation of [0, M): given its size, the set of distinct ranks held is a uniform
-//   subset. A uniform permutation of it, cut to its first `count`, is a uniform count-subset
-//   in uniform random order.
-// * replace=True: an i.i.d. sequence is exchangeable, so sorting it and then permuting it
-//   uniformly gives an i.i.d. sequence again.
-// * the permutation (step 4, for more than kInCacheShuffle keys): every key gets an i.i.d.
+// * sparse: in an i.i.d. uniform sequence, each new value (first appearance) is uniform over
+//   the values not seen yet, so the first `count` distinct values, in order of first
+//   appearance, are a uniform count-subset in uniform random order.
+// * replace=True: i.i.d. by definition.
+// * dense (the permutation, for more than kInCacheShuffle keys): every key gets an i.i.d.
 //   uniform bucket of B, a stable scatter groups the buckets, and each bucket is shuffled by
 //   Fisher-Yates in cache. A given arrangement of the n keys comes out with probability
 //   sum_c B^-n prod_b 1 / c_b! over the bucket sizes c, the same for every arrangement.
@@ -31,15 +36,16 @@
 // The generator (negative_sampling_common.h) is splitmix64 by counter, as edge_dot_loss's:
 // output c of stream s is
 //   mix64(key_s + (c + 1) * 0x9E3779B97F4A7C15),  key_s = mix64(mix64(seed) + s * kStreamStep)
-// with stream 0 the ranks (counters 0, 1, ... across rounds), 1 the bucket of key i, 2 the
-// Fisher-Yates step at position i. An integer below m is Lemire's multiply-shift with its
-// rejection (exact; a rejected draw, probability < m / 2^64, retries from stream keys derived
-// from key_s). Every random number belongs to a position, never to a thread, so the output is
-// a function of the arguments only, whatever the number of threads.
+// with stream 0 the ranks, 1 the bucket of key i, 2 the Fisher-Yates step at position i. An
+// integer below m is Lemire's multiply-shift with its rejection (exact; a rejected draw,
+// probability < m / 2^64, retries from stream keys derived from key_s). Every random number
+// belongs to a position, never to a thread, so the output is a function of the arguments
+// only, whatever the number of threads.
 //
-// Traffic, for n ranks: the draw writes n int64; the sort reads and writes them twice per
-// 12-bit digit (3 digits at M ~ 1e10); the merge reads them and excluded_adj once; the
-// permutation reads and writes them twice; the pairs are written once.
+// Traffic, for n draws: the draw writes n int64; the sort reads and writes them twice per
+// 12-bit digit of the rank (3 digits at M ~ 1e10); the merge reads them and excluded_adj once
+// and writes the keys; the keys go to their draw index (random writes), a pass in draw order
+// compacts them (sparse), and the pairs are written once.
 #include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
@@ -50,9 +56,13 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <functional>
+#include <limits>
 #include <memory>
 #include <numeric>
+#include <string>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -73,23 +83,36 @@ struct Buffer {
   int64_t* get() const { return data.get(); }
 };
 
-// out[i] = a uniform rank in [0, m) from counter first_counter + i of the rank stream.
-void draw_ranks(int64_t* out, int64_t n, const Stream& ranks, int64_t first_counter, int64_t m) {
-  at::parallel_for(0, n, kGrain, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) {
-      out[i] = static_cast<int64_t>(ranks.below(first_counter + i, m));
-    }
-  });
-}
+struct NoPayload {};
 
-// Sorts data[0, n), values in [0, 2^bits), ascending: LSD radix sort, digits of at most 12
-// bits (a 4096-entry histogram per part), the parts of each pass in parallel. Returns the
-// buffer holding the result, data or scratch (n entries).
-int64_t* radix_sort(int64_t* data, int64_t* scratch, int64_t n, int bits) {
-  if (n < 2 || bits == 0) return data;
-  if (n <= 64) {
-    std::sort(data, data + n);
-    return data;
+// Sorts keys[0, n) (non-negative) stably by their bits [low, low + bits) (those above zero,
+// those below ignored), moving payload[0, n) along (P = NoPayload: none): LSD radix sort,
+// digits of at most 12 bits (a 4096-entry histogram per part), the parts of each pass in
+// parallel. On return `keys` and `payload` point at the result (each swapped with its scratch
+// where the result ended there).
+template <typename P>
+void radix_sort(int64_t*& keys, int64_t*& key_scratch, P*& payload, P*& payload_scratch,
+                int64_t n, int bits, int low = 0) {
+  constexpr bool kPayload = !std::is_same<P, NoPayload>::value;
+  if (n < 2 || bits == 0) return;
+  if (n <= 64) {  // insertion sort, stable
+    const auto digits = [&](int64_t v) { return static_cast<uint64_t>(v) >> low; };
+    for (int64_t i = 1; i < n; ++i) {
+      const int64_t v = keys[i];
+      int64_t j = i;
+      if constexpr (kPayload) {
+        const P p = payload[i];
+        for (; j > 0 && digits(keys[j - 1]) > digits(v); --j) {
+          keys[j] = keys[j - 1];
+          payload[j] = payload[j - 1];
+        }
+        payload[j] = p;
+      } else {
+        for (; j > 0 && digits(keys[j - 1]) > digits(v); --j) keys[j] = keys[j - 1];
+      }
+      keys[j] = v;
+    }
+    return;
   }
   constexpr int kMaxDigit = 12;
   const int passes = (bits + kMaxDigit - 1) / kMaxDigit;
@@ -100,10 +123,9 @@ int64_t* radix_sort(int64_t* data, int64_t* scratch, int64_t n, int bits) {
                                                                n / (4 * kGrain)));
   const int64_t part_size = (n + parts - 1) / parts;
   std::vector<int64_t> offset(parts * buckets);
-  int64_t* src = data;
-  int64_t* dst = scratch;
   for (int pass = 0; pass < passes; ++pass) {
-    const int shift = pass * width;
+    const int shift = low + pass * width;
+    const int64_t* src = keys;
     std::fill(offset.begin(), offset.end(), 0);
     at::parallel_for(0, parts, 1, [&](int64_t first, int64_t last) {
       for (int64_t part = first; part < last; ++part) {
@@ -129,19 +151,24 @@ int64_t* radix_sort(int64_t* data, int64_t* scratch, int64_t n, int bits) {
       total += in_bucket;
     }
     if (one_bucket) continue;
+    int64_t* dst = key_scratch;
+    const P* payload_src = payload;
+    P* payload_dst = payload_scratch;
     at::parallel_for(0, parts, 1, [&](int64_t first, int64_t last) {
       for (int64_t part = first; part < last; ++part) {
         int64_t* next = offset.data() + part * buckets;
         const int64_t end = std::min(n, (part + 1) * part_size);
         for (int64_t i = part * part_size; i < end; ++i) {
           const int64_t v = src[i];
-          dst[next[(static_cast<uint64_t>(v) >> shift) & mask]++] = v;
+          const int64_t at = next[(static_cast<uint64_t>(v) >> shift) & mask]++;
+          dst[at] = v;
+          if constexpr (kPayload) payload_dst[at] = payload_src[i];
         }
       }
     });
-    std::swap(src, dst);
+    std::swap(keys, key_scratch);
+    if constexpr (kPayload) std::swap(payload, payload_scratch);
   }
-  return src;
 }
 
 // The first index at or after p whose adj exceeds r, given adj[p - 1] <= r (adj
@@ -163,39 +190,44 @@ PYG_EDGEDOT_INLINE int64_t skip_not_above(const int64_t* adj, int64_t num_adj, i
   return upper_bound(adj, lo, hi, r);
 }
 
-// One merge of sorted ranks with adj: keys[i] = ranks[i] + j, j = #{adj <= ranks[i]}. Each
-// step moves one of the two cursors, with no branch to mispredict; j stops at j_end, the
-// count for the last rank of the range.
+// One merge of sorted ranks with adj: keys[i] = ranks[i] + j, j = #{adj <= ranks[i]}, where
+// the rank is word[i] >> shift. Each step moves one of the two cursors, with no branch to
+// mispredict; j stops at j_end, the count for the last rank of the range.
 struct Merge {
   int64_t i, end, j, j_end;
   bool active() const { return i < end && j < j_end; }
 };
 
-PYG_EDGEDOT_INLINE void merge_step(Merge& m, const int64_t* ranks, int64_t* keys,
+PYG_EDGEDOT_INLINE void merge_step(Merge& m, const int64_t* words, int shift, int64_t* keys,
                                    const int64_t* adj) {
-  const int64_t r = ranks[m.i];
+  const int64_t r = words[m.i] >> shift;
   const bool past = adj[m.j] <= r;
   keys[m.i] = r + m.j;  // final once the step does not move j
   m.j += past;
   m.i += !past;
 }
 
-// keys[i] = r + #{j : adj[j] <= r} for r = ranks[i], ranks sorted ascending. Where adj is
+// keys[i] = r + #{j : adj[j] <= r} for r = words[i] >> shift, ascending in i. Where adj is
 // at most ~16x longer than the ranks: branch-free merges, four interleaved per parallel part
 // (each step waits on the last one's loads: four hide that latency); else galloping.
-void ranks_to_keys(const int64_t* ranks, int64_t* keys, int64_t n, const int64_t* adj,
-                   int64_t num_adj) {
+void ranks_to_keys(const int64_t* words, int shift, int64_t* keys, int64_t n,
+                   const int64_t* adj, int64_t num_adj) {
   at::parallel_for(0, n, kGrain, [&](int64_t begin, int64_t end) {
+    const auto rank = [&](int64_t i) { return words[i] >> shift; };
+    if (num_adj == 0) {
+      for (int64_t i = begin; i < end; ++i) keys[i] = rank(i);
+      return;
+    }
     const auto count_not_above = [&](int64_t r) {
       return upper_bound(adj, 0, num_adj, r);
     };
-    const int64_t first = count_not_above(ranks[begin]);
-    const int64_t last = count_not_above(ranks[end - 1]);
+    const int64_t first = count_not_above(rank(begin));
+    const int64_t last = count_not_above(rank(end - 1));
     if (last - first > 16 * (end - begin)) {
       int64_t p = first;
       for (int64_t i = begin; i < end; ++i) {
-        p = skip_not_above(adj, num_adj, p, ranks[i]);
-        keys[i] = ranks[i] + p;
+        p = skip_not_above(adj, num_adj, p, rank(i));
+        keys[i] = rank(i) + p;
       }
       return;
     }
@@ -204,15 +236,15 @@ void ranks_to_keys(const int64_t* ranks, int64_t* keys, int64_t n, const int64_t
     for (int w = 0; w < kWays; ++w) {
       const int64_t lo = begin + (end - begin) * w / kWays;
       const int64_t hi = begin + (end - begin) * (w + 1) / kWays;
-      m[w] = Merge{lo, hi, lo < hi ? count_not_above(ranks[lo]) : 0,
-                   lo < hi ? count_not_above(ranks[hi - 1]) : 0};
+      m[w] = Merge{lo, hi, lo < hi ? count_not_above(rank(lo)) : 0,
+                   lo < hi ? count_not_above(rank(hi - 1)) : 0};
     }
     while (m[0].active() && m[1].active() && m[2].active() && m[3].active()) {
-      for (int w = 0; w < kWays; ++w) merge_step(m[w], ranks, keys, adj);
+      for (int w = 0; w < kWays; ++w) merge_step(m[w], words, shift, keys, adj);
     }
     for (int w = 0; w < kWays; ++w) {
-      while (m[w].active()) merge_step(m[w], ranks, keys, adj);
-      for (int64_t i = m[w].i; i < m[w].end; ++i) keys[i] = ranks[i] + m[w].j;
+      while (m[w].active()) merge_step(m[w], words, shift, keys, adj);
+      for (int64_t i = m[w].i; i < m[w].end; ++i) keys[i] = rank(i) + m[w].j;
     }
   });
 }
@@ -309,37 +341,119 @@ void write_pairs(const int64_t* keys, int64_t count, const Decoder decoder, inde
   });
 }
 
-// Sorted distinct ranks, at least `count` of them (count < M / 4): i.i.d. rounds (see the top
-// of the file). Returns the buffer holding them, their number and a scratch of that size.
-struct Held {
-  Buffer ranks, scratch;
-  int64_t* sorted;
-  int64_t size;
+// A buffer of n values of T, uninitialized.
+template <typename T>
+std::unique_ptr<T[]> uninitialized(int64_t n) {
+  return std::unique_ptr<T[]>(new T[std::max<int64_t>(n, 1)]);
+}
+
+// Draws 0, 1, ..., n - 1 of the rank stream sorted by (rank, draw index), and their keys.
+// Where rank and index fit one int64 (rank << index_bits | index), the sort moves those words
+// on the rank bits alone (8 bytes a draw; the stable sort keeps the indices of equal ranks
+// ascending); else it moves the indices as a payload.
+template <typename pos_t>
+struct SortedDraws {
+  Buffer word_buffer, scratch_buffer;
+  std::unique_ptr<pos_t[]> index_buffer, index_scratch;
+  int64_t* words;  // sorted by rank = word >> shift (equal ranks in draw order)
+  pos_t* index;    // without packing: the draw index of each word
+  int64_t* keys;   // the key of each rank
+  int64_t n, mask;
+  int shift;
+
+  SortedDraws(int64_t n, int64_t seed, int64_t num_ranks, const int64_t* adj, int64_t num_adj)
+      : word_buffer(n), scratch_buffer(n), n(n) {
+    PYG_EDGEDOT_CHECK(n - 1 <= static_cast<int64_t>(std::numeric_limits<pos_t>::max()),
+                      "negative_sample: ", std::to_string(n), " draws overflow their index");
+    const Stream stream(seed, kRankStream);
+    const int rank_bits = bit_width(num_ranks), index_bits = bit_width(n);
+    const bool packed = rank_bits + index_bits <= 63;
+    shift = packed ? index_bits : 0;
+    mask = (int64_t{1} << shift) - 1;
+    words = word_buffer.get();
+    int64_t* scratch = scratch_buffer.get();
+    index = nullptr;
+    if (!packed) {
+      index_buffer = uninitialized<pos_t>(n);
+      index_scratch = uninitialized<pos_t>(n);
+      index = index_buffer.get();
+    }
+    at::parallel_for(0, n, kGrain, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        const int64_t r = static_cast<int64_t>(stream.below(static_cast<uint64_t>(i),
+                                                             static_cast<uint64_t>(num_ranks)));
+        if (packed) {
+          words[i] = (r << shift) | i;
+        } else {
+          words[i] = r;
+          index[i] = static_cast<pos_t>(i);
+        }
+      }
+    });
+    if (packed) {
+      NoPayload *no_payload = nullptr, *no_scratch = nullptr;
+      radix_sort(words, scratch, no_payload, no_scratch, n, rank_bits, shift);
+    } else {
+      pos_t* payload_scratch = index_scratch.get();
+      radix_sort(words, scratch, index, payload_scratch, n, rank_bits);
+    }
+    keys = scratch;
+    ranks_to_keys(words, shift, keys, n, adj, num_adj);
+  }
+
+  PYG_EDGEDOT_INLINE int64_t draw(int64_t q) const {
+    return index != nullptr ? static_cast<int64_t>(index[q]) : words[q] & mask;
+  }
 };
 
-Held draw_distinct(int64_t num_ranks, int64_t count, int64_t seed, int64_t first_round) {
-  const Stream rank_stream(seed, kRankStream);
-  const int bits = bit_width(num_ranks);
-  int64_t draws = first_round >= 0 ? first_round : iid_draw_count(count, num_ranks);
-  Held held{Buffer(draws), Buffer(draws), nullptr, 0};
-  draw_ranks(held.ranks.get(), draws, rank_stream, 0, num_ranks);
-  held.sorted = radix_sort(held.ranks.get(), held.scratch.get(), draws, bits);
-  held.size = std::unique(held.sorted, held.sorted + draws) - held.sorted;
-  int64_t used = draws;  // rank-stream counters used so far
-  for (int round = 1; held.size < count; ++round) {
-    draws = top_up_draw_count(count, held.size, num_ranks, round);
-    Buffer more(draws), more_scratch(draws);
-    draw_ranks(more.get(), draws, rank_stream, used, num_ranks);
-    used += draws;
-    int64_t* sorted = radix_sort(more.get(), more_scratch.get(), draws, bits);
-    const int64_t distinct = std::unique(sorted, sorted + draws) - sorted;
-    Buffer merged(held.size + distinct);
-    const int64_t size = std::set_union(held.sorted, held.sorted + held.size, sorted,
-                                        sorted + distinct, merged.get()) - merged.get();
-    held = Held{std::move(merged), Buffer(size), nullptr, size};
-    held.sorted = held.ranks.get();
+// replace=True: out[i] = the key of draw i of the rank stream, i < count (draw order).
+template <typename pos_t>
+void iid_keys(int64_t num_ranks, int64_t count, int64_t seed, const int64_t* adj,
+              int64_t num_adj, int64_t* out) {
+  const SortedDraws<pos_t> d(count, seed, num_ranks, adj, num_adj);
+  at::parallel_for(0, count, kGrain, [&](int64_t begin, int64_t end) {
+    for (int64_t q = begin; q < end; ++q) out[d.draw(q)] = d.keys[q];
+  });
+}
+
+// replace=False, count < M / 4: keys[t] = the key of the t-th distinct rank of the rank
+// stream in order of first appearance, t < count (see the top of the file); returns the buffer
+// holding keys[0, count). A round draws n ranks (counters 0 .. n - 1) and sorts them by (rank,
+// draw index): the first of each run of equal ranks is its first appearance, the others are
+// repeats. Keys go to their draw index (repeats marked -1), then one pass in draw order keeps
+// the first `count` others. Fewer than `count` distinct ranks (rare): a longer stream, drawn
+// again from counter 0.
+template <typename pos_t>
+Buffer first_distinct_keys(int64_t num_ranks, int64_t count, int64_t seed, int64_t first_round,
+                           const int64_t* adj, int64_t num_adj) {
+  int64_t n = first_round >= 0 ? first_round : iid_draw_count(count, num_ranks);
+  for (int round = 1;; ++round) {
+    const SortedDraws<pos_t> d(n, seed, num_ranks, adj, num_adj);
+    Buffer by_draw(n);
+    int64_t* out = by_draw.get();
+    const int64_t* keys = d.keys;  // strictly increasing in the rank: repeats are equal keys
+    const int64_t repeats = at::parallel_reduce(
+        0, n, kGrain, int64_t{0},
+        [&](int64_t begin, int64_t end, int64_t found) {
+          for (int64_t q = begin; q < end; ++q) {
+            const bool repeat = q > 0 && keys[q] == keys[q - 1];
+            out[d.draw(q)] = repeat ? -1 : keys[q];
+            found += repeat;
+          }
+          return found;
+        },
+        std::plus<int64_t>());
+    if (n - repeats < count) {
+      n += top_up_draw_count(count, n - repeats, num_ranks, round);
+      continue;
+    }
+    int64_t kept = 0;
+    for (int64_t i = 0; kept < count; ++i) {
+      out[kept] = out[i];
+      kept += out[i] >= 0;
+    }
+    return by_draw;
   }
-  return held;
 }
 
 at::Tensor negative_sample_cpu(const at::Tensor& excluded_adj, int64_t num_ranks, int64_t count,
@@ -356,27 +470,36 @@ at::Tensor negative_sample_cpu(const at::Tensor& excluded_adj, int64_t num_ranks
   const at::Tensor adj = excluded_adj.contiguous();
   const int64_t* adj_data = adj.const_data_ptr<int64_t>();
   const int64_t num_adj = adj.numel();
-  Held held{Buffer(0), Buffer(0), nullptr, 0};
+  Buffer key_buffer(0), scratch_buffer(0);
+  int64_t* keys = nullptr;
+  // 32-bit draw indices while they fit (SortedDraws checks it; a top-up round draws more)
+  const bool small = 4 * std::max(count, first_round) < (int64_t{1} << 32);
   if (replace) {
-    held = Held{Buffer(count), Buffer(count), nullptr, count};
-    draw_ranks(held.ranks.get(), count, Stream(seed, kRankStream), 0, num_ranks);
-    held.sorted = radix_sort(held.ranks.get(), held.scratch.get(), count, bit_width(num_ranks));
-  } else if (count >= (num_ranks + 3) / 4) {  // count >= M / 4: the whole complement
-    held = Held{Buffer(num_ranks), Buffer(num_ranks), nullptr, num_ranks};
-    held.sorted = held.ranks.get();
+    key_buffer = Buffer(count);
+    keys = key_buffer.get();
+    small ? iid_keys<uint32_t>(num_ranks, count, seed, adj_data, num_adj, keys)
+          : iid_keys<int64_t>(num_ranks, count, seed, adj_data, num_adj, keys);
+  } else if (count < (num_ranks + 3) / 4) {
+    key_buffer = small ? first_distinct_keys<uint32_t>(num_ranks, count, seed, first_round,
+                                                       adj_data, num_adj)
+                       : first_distinct_keys<int64_t>(num_ranks, count, seed, first_round,
+                                                      adj_data, num_adj);
+    keys = key_buffer.get();
+  } else {  // count >= M / 4: a uniform permutation of the whole complement, cut to count
+    key_buffer = Buffer(num_ranks);
+    scratch_buffer = Buffer(num_ranks);
+    int64_t* ranks = key_buffer.get();
     at::parallel_for(0, num_ranks, kGrain, [&](int64_t begin, int64_t end) {
-      std::iota(held.sorted + begin, held.sorted + end, begin);
+      std::iota(ranks + begin, ranks + end, begin);
     });
-  } else {
-    held = draw_distinct(num_ranks, count, seed, first_round);
+    keys = ranks;
+    int64_t* scratch = scratch_buffer.get();
+    if (num_adj > 0) {
+      ranks_to_keys(ranks, 0, scratch, num_ranks, adj_data, num_adj);
+      std::swap(keys, scratch);
+    }
+    keys = shuffle(keys, scratch, num_ranks, count, seed);
   }
-  int64_t* keys = held.sorted;
-  int64_t* scratch = held.sorted == held.ranks.get() ? held.scratch.get() : held.ranks.get();
-  if (num_adj > 0) {
-    ranks_to_keys(held.sorted, scratch, held.size, adj_data, num_adj);
-    std::swap(keys, scratch);
-  }
-  keys = shuffle(keys, scratch, held.size, count, seed);
 
   const Decoder decoder = plan.decoder;
   AT_DISPATCH_INDEX_TYPES(dtype, "negative_sample", [&] {
@@ -398,8 +521,10 @@ at::Tensor negative_sample_cpu(const at::Tensor& excluded_adj, int64_t num_ranks
 std::tuple<at::Tensor, at::Tensor> excluded_tables(const at::Tensor& a, const at::Tensor& b,
                                                    int64_t key_bound, int bits) {
   const int64_t n = a.numel();
-  int64_t* sorted = radix_sort(a.mutable_data_ptr<int64_t>(), b.mutable_data_ptr<int64_t>(), n,
-                               bits);
+  int64_t* sorted = a.mutable_data_ptr<int64_t>();
+  int64_t* scratch = b.mutable_data_ptr<int64_t>();
+  NoPayload *no_payload = nullptr, *no_scratch = nullptr;
+  radix_sort(sorted, scratch, no_payload, no_scratch, n, bits);
   const int64_t size =
       std::unique(sorted, std::lower_bound(sorted, sorted + n, key_bound)) - sorted;
   at::Tensor unique = (sorted == a.const_data_ptr<int64_t>() ? a : b).narrow(0, 0, size);

@@ -239,37 +239,6 @@ void launch_scores(const at::Tensor& x_src, const at::Tensor& x_dst, const at::T
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
-// bucket[b] = #{i : adj_i < b << shift}, b = 0 .. num_buckets: one search per bucket (the
-// searches of neighbouring threads share their cache lines).
-__global__ void adj_index_kernel(const int64_t* __restrict__ adj, int64_t num_adj, int shift,
-                                 int64_t num_entries, int64_t* __restrict__ bucket) {
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t b = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; b < num_entries;
-       b += stride) {
-    bucket[b] = rng::upper_bound(adj, 0, num_adj, (b << shift) - 1);
-  }
-}
-
-// The bucket index over adj (edge_dot_loss_common.h's AdjIndex), where the CPU kernels build
-// theirs: a rank then costs two dependent loads (its bucket, then a stretch of about 4-8
-// keys) instead of a binary search's log2(A), whose last levels miss L2 at tens of millions
-// of keys. One bucket per 4-8 keys keeps it to 1-2 bytes per key, built per call.
-at::Tensor build_adj_index(const at::Tensor& adj, int64_t num_ranks, loss::AdjIndex& index,
-                           cudaStream_t stream) {
-  const int64_t num_adj = adj.numel();
-  if (!loss::plan_adj_index(num_adj, num_ranks, num_adj / 4, index)) return at::Tensor();
-  const int64_t num_entries = index.num_buckets + 1;
-  at::Tensor bucket = at::empty({num_entries}, adj.options());
-  const int64_t blocks = std::min<int64_t>((num_entries + kThreads - 1) / kThreads,
-                                           num_sms() * 32);
-  adj_index_kernel<<<blocks, kThreads, 0, stream>>>(adj.const_data_ptr<int64_t>(), num_adj,
-                                                    index.shift, num_entries,
-                                                    bucket.mutable_data_ptr<int64_t>());
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
-  index.bucket = bucket.const_data_ptr<int64_t>();
-  return bucket;
-}
-
 // The space's device pointers and seed: a CPU seed is read here (no synchronization), a
 // device seed in the kernels. `bucket` holds the adj index the space points to.
 Space device_space(const loss::Call& call, const int64_t** seed_ptr, at::Tensor& bucket) {

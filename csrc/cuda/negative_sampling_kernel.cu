@@ -1,33 +1,36 @@
-// CUDA kernel of negative_sample (schema in csrc/negative_sampling.cpp): the CPU kernel's draw
-// (csrc/cpu/negative_sampling_kernel.cpp), bit for bit, computed by parallel steps. Every
-// random number of the CPU kernel belongs to a position (a counter of
-// negative_sampling_common.h's generator), so this kernel draws the same numbers; the
-// sequential parts of the CPU kernel become sorts:
+// CUDA kernel of negative_sample (schema in csrc/negative_sampling.cpp): the CPU kernel's draws
+// (csrc/cpu/negative_sampling_kernel.cpp), bit for bit. Both draw from the counter-based
+// generator of negative_sampling_common.h, where every random number belongs to a position
+// (a counter), so this kernel computes the same numbers by parallel steps:
 //
-//   1. ranks: i.i.d. uniform in [0, M), rank stream counters 0, 1, ... (one thread each);
-//   2. sorted by CUB's radix sort on the bits M needs; replace=False: DeviceSelect::Unique,
-//      then the CPU kernel's top-up rounds (same sizes, same counters: the number of
-//      distinct ranks held is read back once per round), each merged by a sort + unique;
-//      dense requests (count >= M / 4) take the whole complement, as on the CPU;
-//   3. rank r -> key r + #{i : adj_i <= r}: one binary search per thread (the CPU merges);
-//   4. the permutation: for more than kInCacheShuffle keys, every key's bucket from the bucket
-//      stream and a stable radix sort by bucket (= the CPU's stable scatter); then the
-//      Fisher-Yates shuffle of each bucket (or of the whole array), reproduced in parallel:
-//      step g swaps g with j_g = g + below(g, end - g) (the CPU's draw at counter g), and the
-//      key that ends at position i is found by following writers back in time:
-//        out[i] = V(j_i, i),  V(p, t) = the key at p before step t
-//        V(p, t) = V(k, k) for k = the last step before t with j_k = p, else keys[p].
-//      One stable sort of the steps by target gives, for every step, the previous step with
-//      the same target (prev) and, for every position p, the last step k < p targeting it
-//      (last); then out[i] = keys[j_i] if prev[i] < 0, else keys[k] at the end of the chain
-//      k = prev[i], k = last[k], ... (strictly decreasing; 0.5 links per key on average);
-//   5. the first `count` keys of the permutation decoded into pairs (the same decoder).
-// Sizes and int64 overflow are checked by the shared check_negative_sample, and the top-up
+//   replace=True: one thread per output column t: rank t of the rank stream, its key through
+//     the bucket index over adj (vec.cuh's build_adj_index), its pair. No sort, no host sync.
+//   replace=False, count < M / 4 (sparse): the first `count` distinct ranks of the rank stream
+//     in order of first appearance. n draws (ranks 0 .. n - 1), sorted by (rank, draw index)
+//     with CUB's radix sort on the rank bits only (rank << index_bits | index in one word where
+//     it fits, else the index as a payload: a stable sort keeps equal ranks in draw order);
+//     the first of each run of equal ranks is marked at its draw index; an inclusive scan of
+//     the marks in draw order gives each first appearance its output column; the firsts with a
+//     column below `count` go to their key (a search through the bucket index, in rank order)
+//     and their pair. The number of distinct ranks is read back once (the one host sync);
+//     when it is below `count` (rare: the CPU kernel's sizes and checks) the draw runs again
+//     with more draws of the same stream, which gives the same first appearances.
+//   replace=False, count >= M / 4 (dense): the CPU kernel's permutation of the whole
+//     complement, reproduced with sorts: for more than kInCacheShuffle keys, every key's
+//     bucket from the bucket stream and a stable radix sort by bucket (= the CPU's stable
+//     scatter); then the Fisher-Yates shuffle of each bucket (or of the whole array), in
+//     parallel: step g swaps g with j_g = g + below(g, end - g) (the CPU's draw at counter g),
+//     and the key that ends at position i is found by following writers back in time:
+//       out[i] = V(j_i, i),  V(p, t) = the key at p before step t
+//       V(p, t) = V(k, k) for k = the last step before t with j_k = p, else keys[p].
+//     One stable sort of the steps by target gives, for every step, the previous step with
+//     the same target (prev) and, for every position p, the last step k < p targeting it
+//     (last); then out[i] = keys[j_i] if prev[i] < 0, else keys[k] at the end of the chain
+//     k = prev[i], k = last[k], ... (strictly decreasing; 0.5 links per key on average). One
+//     host sync reads the permutation's last used bucket when more than kInCacheShuffle keys
+//     are permuted and count is fewer.
+// Sizes and int64 overflow are checked by the shared check_negative_sample, and the sparse
 // rounds are bounded (kMaxTopUpRounds), as on the CPU.
-//
-// Host syncs: one per round of a sparse replace=False draw (its distinct count), and one for
-// the permutation's last used bucket when more than kInCacheShuffle keys are held and count
-// is fewer; a replace=True draw has none.
 #include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
 #include <c10/cuda/CUDAException.h>
@@ -44,6 +47,7 @@
 #include <type_traits>
 
 #include "negative_sampling_common.h"
+#include "vec.cuh"
 
 namespace pyg_edgedot {
 namespace {
@@ -69,18 +73,100 @@ void launch(Kernel kernel, int64_t n, cudaStream_t stream, Args... args) {
 // Kernels
 // ---------------------------------------------------------------------------------------
 
-// out[i] = a uniform rank in [0, m) from counter first_counter + i of the rank stream.
-__global__ void draw_ranks_kernel(int64_t* __restrict__ out, int64_t n, Stream ranks,
-                                  int64_t first_counter, int64_t m) {
-  PYG_EDGEDOT_GRID_LOOP(i, n) {
-    out[i] = static_cast<int64_t>(ranks.below(static_cast<uint64_t>(first_counter + i),
-                                              static_cast<uint64_t>(m)));
+// Column t of the [2, columns] output: the pair of `key`; "undirected" also writes its mirror
+// in column count + t.
+template <Mode mode, typename index_t>
+__device__ __forceinline__ void write_pair(const Decoder& decoder, int64_t key, int64_t t,
+                                           int64_t count, index_t* __restrict__ out,
+                                           int64_t columns) {
+  int64_t src, dst;
+  decoder.decode<mode>(key, src, dst);
+  out[t] = static_cast<index_t>(src);
+  out[columns + t] = static_cast<index_t>(dst);
+  if (mode == Mode::kUndirected) {
+    out[count + t] = static_cast<index_t>(dst);
+    out[columns + count + t] = static_cast<index_t>(src);
   }
 }
 
-__global__ void rank_to_key_kernel(const int64_t* __restrict__ ranks, int64_t* __restrict__ keys,
-                                   int64_t n, const int64_t* __restrict__ adj, int64_t num_adj) {
-  PYG_EDGEDOT_GRID_LOOP(i, n) { keys[i] = rank_to_key(adj, num_adj, ranks[i]); }
+// replace=True: column t = the pair of rank t of the rank stream.
+template <Mode mode, typename index_t>
+__global__ void iid_pairs_kernel(int64_t count, Stream ranks, int64_t num_ranks,
+                                 const int64_t* __restrict__ adj, int64_t num_adj,
+                                 AdjIndex adj_index, Decoder decoder, index_t* __restrict__ out,
+                                 int64_t columns) {
+  PYG_EDGEDOT_GRID_LOOP(t, count) {
+    const int64_t r = static_cast<int64_t>(ranks.below(static_cast<uint64_t>(t),
+                                                       static_cast<uint64_t>(num_ranks)));
+    write_pair<mode>(decoder, rank_to_key(adj, num_adj, adj_index, r), t, count, out, columns);
+  }
+}
+
+// The sparse draw's words (see the top of the file): rank i of the rank stream as
+// rank << shift | i (index null), or as the rank with index[i] = i.
+template <typename pos_t>
+__global__ void draw_words_kernel(int64_t* __restrict__ words, pos_t* __restrict__ index,
+                                  int64_t n, Stream ranks, int64_t num_ranks, int shift) {
+  PYG_EDGEDOT_GRID_LOOP(i, n) {
+    const int64_t r = static_cast<int64_t>(ranks.below(static_cast<uint64_t>(i),
+                                                       static_cast<uint64_t>(num_ranks)));
+    if (index == nullptr) {
+      words[i] = (r << shift) | i;
+    } else {
+      words[i] = r;
+      index[i] = static_cast<pos_t>(i);
+    }
+  }
+}
+
+// Sorted words: the rank and the draw index of position q.
+template <typename pos_t>
+struct SortedWords {
+  const int64_t* __restrict__ words;
+  const pos_t* __restrict__ index;  // null: packed
+  int shift;
+
+  __device__ __forceinline__ int64_t rank(int64_t q) const { return words[q] >> shift; }
+  __device__ __forceinline__ int64_t draw(int64_t q) const {
+    return index == nullptr ? words[q] & ((int64_t{1} << shift) - 1)
+                            : static_cast<int64_t>(index[q]);
+  }
+  // Whether position q holds its rank's first appearance (the first of its run).
+  __device__ __forceinline__ bool first(int64_t q) const {
+    return q == 0 || rank(q - 1) != rank(q);
+  }
+};
+
+// is_first[draw index] = 1 for a rank's first appearance, else 0.
+template <typename pos_t>
+__global__ void mark_first_kernel(SortedWords<pos_t> sorted, int64_t n,
+                                  pos_t* __restrict__ is_first) {
+  PYG_EDGEDOT_GRID_LOOP(q, n) { is_first[sorted.draw(q)] = sorted.first(q) ? 1 : 0; }
+}
+
+// First appearances, in rank order: column[draw index] - 1 is the column (the inclusive scan of
+// is_first in draw order); below count, the pair of the rank's key.
+template <Mode mode, typename index_t, typename pos_t>
+__global__ void first_pairs_kernel(SortedWords<pos_t> sorted, int64_t n,
+                                   const pos_t* __restrict__ column, int64_t count,
+                                   const int64_t* __restrict__ adj, int64_t num_adj,
+                                   AdjIndex adj_index, Decoder decoder,
+                                   index_t* __restrict__ out, int64_t columns) {
+  PYG_EDGEDOT_GRID_LOOP(q, n) {
+    if (!sorted.first(q)) continue;
+    const int64_t t = static_cast<int64_t>(column[sorted.draw(q)]) - 1;
+    if (t < count) {
+      write_pair<mode>(decoder, rank_to_key(adj, num_adj, adj_index, sorted.rank(q)), t, count,
+                       out, columns);
+    }
+  }
+}
+
+// Dense draws: keys[i] = the key of rank i (the whole complement, in rank order).
+__global__ void all_keys_kernel(int64_t* __restrict__ keys, int64_t n,
+                                const int64_t* __restrict__ adj, int64_t num_adj,
+                                AdjIndex adj_index) {
+  PYG_EDGEDOT_GRID_LOOP(i, n) { keys[i] = rank_to_key(adj, num_adj, adj_index, i); }
 }
 
 // The permutation's bucket of every position (log_buckets <= 31 bits).
@@ -137,8 +223,8 @@ __global__ void link_kernel(const pos_t* __restrict__ sorted_target,
   }
 }
 
-// Output column t < count: the key the permutation puts at position t (see the top of the
-// file), decoded; "undirected" also writes its mirror in column count + t.
+// Output column t < count: the pair of the key the permutation puts at position t (see the
+// top of the file).
 template <Mode mode, typename index_t, typename pos_t>
 __global__ void pairs_kernel(const int64_t* __restrict__ data, const pos_t* __restrict__ target,
                              const pos_t* __restrict__ prev, const pos_t* __restrict__ last,
@@ -151,14 +237,7 @@ __global__ void pairs_kernel(const int64_t* __restrict__ data, const pos_t* __re
     } else {
       for (int64_t w = last[from]; w >= 0; w = last[w]) from = w;
     }
-    int64_t src, dst;
-    decoder.decode<mode>(data[from], src, dst);
-    out[t] = static_cast<index_t>(src);
-    out[columns + t] = static_cast<index_t>(dst);
-    if (mode == Mode::kUndirected) {
-      out[count + t] = static_cast<index_t>(dst);
-      out[columns + count + t] = static_cast<index_t>(src);
-    }
+    write_pair<mode>(decoder, data[from], t, count, out, columns);
   }
 }
 
@@ -169,19 +248,21 @@ __global__ void pairs_kernel(const int64_t* __restrict__ data, const pos_t* __re
 template <typename T>
 using Bits = std::make_unsigned_t<T>;
 
-// values[0, n) in [0, 2^bits), sorted ascending (the input when there is nothing to sort).
-at::Tensor sort_keys(const at::Tensor& values, int64_t n, int bits, cudaStream_t stream) {
-  if (n < 2 || bits == 0) return values;
+// values[0, n) (non-negative) sorted stably by their bits [begin_bit, end_bit), those above
+// zero (the input when there is nothing to sort).
+at::Tensor sort_keys(const at::Tensor& values, int64_t n, int begin_bit, int end_bit,
+                     cudaStream_t stream) {
+  if (n < 2 || end_bit <= begin_bit) return values;
   at::Tensor out = at::empty({n}, values.options());
   const auto* in = reinterpret_cast<const uint64_t*>(values.const_data_ptr<int64_t>());
   auto* sorted = reinterpret_cast<uint64_t*>(out.mutable_data_ptr<int64_t>());
   size_t temp_bytes = 0;
-  C10_CUDA_CHECK(cub::DeviceRadixSort::SortKeys(nullptr, temp_bytes, in, sorted, n, 0, bits,
-                                                stream));
+  C10_CUDA_CHECK(cub::DeviceRadixSort::SortKeys(nullptr, temp_bytes, in, sorted, n, begin_bit,
+                                                end_bit, stream));
   at::Tensor temp = at::empty({static_cast<int64_t>(temp_bytes)},
                               values.options().dtype(at::kByte));
   C10_CUDA_CHECK(cub::DeviceRadixSort::SortKeys(temp.mutable_data_ptr(), temp_bytes, in, sorted,
-                                                n, 0, bits, stream));
+                                                n, begin_bit, end_bit, stream));
   return out;
 }
 
@@ -216,60 +297,84 @@ void select_unique(const int64_t* in, int64_t* out, int64_t* num, int64_t n,
                                            stream));
 }
 
-// The distinct values of sorted[0, n) in order, and how many (read back: a host sync).
-std::tuple<at::Tensor, int64_t> unique_sorted(const at::Tensor& sorted, int64_t n,
-                                              cudaStream_t stream) {
-  if (n < 2) return {sorted, n};
-  at::Tensor out = at::empty({n}, sorted.options());
-  at::Tensor num = at::empty({1}, sorted.options());
-  select_unique(sorted.const_data_ptr<int64_t>(), out.mutable_data_ptr<int64_t>(),
-                num.mutable_data_ptr<int64_t>(), n, sorted.options(), stream);
-  const int64_t size = num.item<int64_t>();
-  return {out.narrow(0, 0, size), size};
-}
-
-// ---------------------------------------------------------------------------------------
-// The draw
-// ---------------------------------------------------------------------------------------
-
-at::Tensor draw(int64_t n, const Stream& ranks, int64_t first_counter, int64_t num_ranks,
-                const at::TensorOptions& options, cudaStream_t stream) {
-  at::Tensor out = at::empty({n}, options);
-  launch(draw_ranks_kernel, n, stream, out.mutable_data_ptr<int64_t>(), n, ranks, first_counter,
-         num_ranks);
+// The inclusive prefix sums of in[0, n), into a new tensor.
+template <typename T>
+at::Tensor inclusive_sum(const at::Tensor& in, int64_t n, cudaStream_t stream) {
+  at::Tensor out = at::empty_like(in);
+  const T* d_in = in.const_data_ptr<T>();
+  T* d_out = out.mutable_data_ptr<T>();
+  size_t temp_bytes = 0;
+  C10_CUDA_CHECK(cub::DeviceScan::InclusiveSum(nullptr, temp_bytes, d_in, d_out, n, stream));
+  at::Tensor temp = at::empty({static_cast<int64_t>(temp_bytes)}, in.options().dtype(at::kByte));
+  C10_CUDA_CHECK(cub::DeviceScan::InclusiveSum(temp.mutable_data_ptr(), temp_bytes, d_in, d_out,
+                                               n, stream));
   return out;
 }
 
-// Sorted distinct ranks, at least `count` of them (count < M / 4): the CPU kernel's rounds
-// (draw_distinct), the same sizes and counters, so the same set.
-at::Tensor draw_distinct(int64_t num_ranks, int64_t count, int64_t seed, int64_t first_round,
-                         const at::TensorOptions& options, cudaStream_t stream) {
-  const Stream rank_stream(seed, kRankStream);
-  const int bits = bit_width(num_ranks);
-  int64_t draws = first_round >= 0 ? first_round : iid_draw_count(count, num_ranks);
-  at::Tensor held;
-  int64_t size;
-  std::tie(held, size) = unique_sorted(
-      sort_keys(draw(draws, rank_stream, 0, num_ranks, options, stream), draws, bits, stream),
-      draws, stream);
-  int64_t used = draws;  // rank-stream counters used so far
-  for (int round = 1; size < count; ++round) {
-    draws = top_up_draw_count(count, size, num_ranks, round);
-    at::Tensor both = at::cat({held, draw(draws, rank_stream, used, num_ranks, options, stream)});
-    used += draws;
-    std::tie(held, size) =
-        unique_sorted(sort_keys(both, both.numel(), bits, stream), both.numel(), stream);
-  }
-  return held;
+// The kernel for out's index dtype and the plan's mode: f(index_t{}, mode constant).
+template <typename F>
+void dispatch_pairs(const at::Tensor& out, Mode mode, F&& f) {
+  AT_DISPATCH_INDEX_TYPES(out.scalar_type(), "negative_sample", [&] {
+    if (mode == Mode::kDirected) {
+      f(index_t{}, std::integral_constant<Mode, Mode::kDirected>());
+    } else if (mode == Mode::kNoLoops) {
+      f(index_t{}, std::integral_constant<Mode, Mode::kNoLoops>());
+    } else {
+      f(index_t{}, std::integral_constant<Mode, Mode::kUndirected>());
+    }
+  });
 }
 
-template <Mode mode, typename index_t, typename pos_t>
-void write_pairs(const at::Tensor& data, const at::Tensor& target, const at::Tensor& prev,
-                 const at::Tensor& last, int64_t count, const Decoder& decoder, at::Tensor& out,
-                 int64_t columns, cudaStream_t stream) {
-  launch(pairs_kernel<mode, index_t, pos_t>, count, stream, data.const_data_ptr<int64_t>(),
-         target.const_data_ptr<pos_t>(), prev.const_data_ptr<pos_t>(),
-         last.const_data_ptr<pos_t>(), count, decoder, out.mutable_data_ptr<index_t>(), columns);
+// ---------------------------------------------------------------------------------------
+// The draws
+// ---------------------------------------------------------------------------------------
+
+// replace=False, count < M / 4: out = the pairs of the first `count` distinct ranks of the rank
+// stream, in order of first appearance (see the top of the file), draw indices of type pos_t.
+template <typename pos_t>
+void first_distinct_pairs(const at::Tensor& adj, const AdjIndex& adj_index, int64_t num_ranks,
+                          int64_t count, int64_t seed, int64_t first_round, const Plan& plan,
+                          at::Tensor& out, cudaStream_t stream) {
+  const at::TensorOptions pos_options =
+      adj.options().dtype(sizeof(pos_t) == 4 ? at::kInt : at::kLong);
+  const Stream rank_stream(seed, kRankStream);
+  const int rank_bits = bit_width(num_ranks);
+  int64_t n = first_round >= 0 ? first_round : iid_draw_count(count, num_ranks);
+  for (int round = 1;; ++round) {
+    int64_t distinct = 0;
+    if (n > 0) {
+      PYG_EDGEDOT_CHECK(n - 1 <= static_cast<int64_t>(std::numeric_limits<pos_t>::max()),
+                        "negative_sample: ", std::to_string(n), " draws overflow their index");
+      const int index_bits = bit_width(n);
+      const bool packed = rank_bits + index_bits <= 63;
+      const int shift = packed ? index_bits : 0;
+      at::Tensor words = at::empty({n}, adj.options()), index;
+      if (!packed) index = at::empty({n}, pos_options);
+      launch(draw_words_kernel<pos_t>, n, stream, words.mutable_data_ptr<int64_t>(),
+             packed ? nullptr : index.mutable_data_ptr<pos_t>(), n, rank_stream, num_ranks,
+             shift);
+      if (packed) {
+        words = sort_keys(words, n, shift, shift + rank_bits, stream);
+      } else {
+        std::tie(words, index) = sort_pairs<int64_t, pos_t>(words, index, n, rank_bits, stream);
+      }
+      const SortedWords<pos_t> sorted{words.const_data_ptr<int64_t>(),
+                                      packed ? nullptr : index.const_data_ptr<pos_t>(), shift};
+      at::Tensor is_first = at::empty({n}, pos_options);
+      launch(mark_first_kernel<pos_t>, n, stream, sorted, n, is_first.mutable_data_ptr<pos_t>());
+      const at::Tensor column = inclusive_sum<pos_t>(is_first, n, stream);
+      dispatch_pairs(out, plan.mode, [&](auto index_tag, auto mode_tag) {
+        using index_t = decltype(index_tag);
+        launch(first_pairs_kernel<decltype(mode_tag)::value, index_t, pos_t>, n, stream, sorted,
+               n, column.const_data_ptr<pos_t>(), count, adj.const_data_ptr<int64_t>(),
+               adj.numel(), adj_index, plan.decoder, out.mutable_data_ptr<index_t>(),
+               plan.columns);
+      });
+      distinct = column.narrow(0, n - 1, 1).item<int64_t>();  // the host sync
+    }
+    if (distinct >= count) return;
+    n += top_up_draw_count(count, distinct, num_ranks, round);
+  }
 }
 
 // out = the pairs of the first `count` keys of the CPU kernel's permutation of keys[0, n)
@@ -316,17 +421,12 @@ void permute_and_write(const at::Tensor& keys, int64_t n, int64_t count, int64_t
   launch(link_kernel<pos_t>, span, stream, sorted_target.const_data_ptr<pos_t>(),
          sorted_position.const_data_ptr<pos_t>(), span, prev.mutable_data_ptr<pos_t>(),
          last.mutable_data_ptr<pos_t>());
-  AT_DISPATCH_INDEX_TYPES(out.scalar_type(), "negative_sample", [&] {
-    if (plan.mode == Mode::kDirected) {
-      write_pairs<Mode::kDirected, index_t, pos_t>(data, target, prev, last, count, plan.decoder,
-                                                   out, plan.columns, stream);
-    } else if (plan.mode == Mode::kNoLoops) {
-      write_pairs<Mode::kNoLoops, index_t, pos_t>(data, target, prev, last, count, plan.decoder,
-                                                  out, plan.columns, stream);
-    } else {
-      write_pairs<Mode::kUndirected, index_t, pos_t>(data, target, prev, last, count,
-                                                     plan.decoder, out, plan.columns, stream);
-    }
+  dispatch_pairs(out, plan.mode, [&](auto index_tag, auto mode_tag) {
+    using index_t = decltype(index_tag);
+    launch(pairs_kernel<decltype(mode_tag)::value, index_t, pos_t>, count, stream,
+           data.const_data_ptr<int64_t>(), target.const_data_ptr<pos_t>(),
+           prev.const_data_ptr<pos_t>(), last.const_data_ptr<pos_t>(), count, plan.decoder,
+           out.mutable_data_ptr<index_t>(), plan.columns);
   });
 }
 
@@ -342,27 +442,35 @@ at::Tensor negative_sample_cuda(const at::Tensor& excluded_adj, int64_t num_rank
   if (count == 0) return out;
 
   const at::Tensor adj = excluded_adj.contiguous();
-  const at::TensorOptions options = adj.options();
-  at::Tensor ranks;  // sorted ascending
+  AdjIndex adj_index;
+  const at::Tensor bucket = cuda::build_adj_index(adj, num_ranks, adj_index, stream);
+  const int64_t* adj_data = adj.const_data_ptr<int64_t>();
+  const int64_t num_adj = adj.numel();
   if (replace) {
-    ranks = sort_keys(draw(count, Stream(seed, kRankStream), 0, num_ranks, options, stream),
-                      count, bit_width(num_ranks), stream);
-  } else if (count >= (num_ranks + 3) / 4) {  // count >= M / 4: the whole complement
-    ranks = at::arange(num_ranks, options);
-  } else {
-    ranks = draw_distinct(num_ranks, count, seed, first_round, options, stream);
-  }
-  const int64_t n = ranks.numel();
-  at::Tensor keys = ranks;
-  if (adj.numel() > 0) {
-    keys = at::empty({n}, options);
-    launch(rank_to_key_kernel, n, stream, ranks.const_data_ptr<int64_t>(),
-           keys.mutable_data_ptr<int64_t>(), n, adj.const_data_ptr<int64_t>(), adj.numel());
-  }
-  if (n <= std::numeric_limits<int32_t>::max()) {
-    permute_and_write<int32_t>(keys, n, count, seed, plan, out, stream);
-  } else {
-    permute_and_write<int64_t>(keys, n, count, seed, plan, out, stream);
+    dispatch_pairs(out, plan.mode, [&](auto index_tag, auto mode_tag) {
+      using index_t = decltype(index_tag);
+      launch(iid_pairs_kernel<decltype(mode_tag)::value, index_t>, count, stream, count,
+             Stream(seed, kRankStream), num_ranks, adj_data, num_adj, adj_index, plan.decoder,
+             out.mutable_data_ptr<index_t>(), plan.columns);
+    });
+  } else if (count < (num_ranks + 3) / 4) {
+    // 32-bit draw indices while they fit (checked per round; a top-up round draws more)
+    if (4 * std::max(count, first_round) < std::numeric_limits<int32_t>::max()) {
+      first_distinct_pairs<int32_t>(adj, adj_index, num_ranks, count, seed, first_round, plan,
+                                    out, stream);
+    } else {
+      first_distinct_pairs<int64_t>(adj, adj_index, num_ranks, count, seed, first_round, plan,
+                                    out, stream);
+    }
+  } else {  // count >= M / 4: the CPU kernel's permutation of the whole complement
+    at::Tensor keys = at::empty({num_ranks}, adj.options());
+    launch(all_keys_kernel, num_ranks, stream, keys.mutable_data_ptr<int64_t>(), num_ranks,
+           adj_data, num_adj, adj_index);
+    if (num_ranks <= std::numeric_limits<int32_t>::max()) {
+      permute_and_write<int32_t>(keys, num_ranks, count, seed, plan, out, stream);
+    } else {
+      permute_and_write<int64_t>(keys, num_ranks, count, seed, plan, out, stream);
+    }
   }
   return out;
 }
@@ -410,7 +518,7 @@ std::tuple<at::Tensor, at::Tensor, int64_t> excluded_tables(const at::Tensor& ke
                                                             cudaStream_t stream) {
   const at::TensorOptions options = keys.options();
   if (n == 0) return {at::empty({0}, options), at::empty({0}, options), -1};
-  const at::Tensor sorted = sort_keys(keys, n, bits, stream);
+  const at::Tensor sorted = sort_keys(keys, n, 0, bits, stream);
   at::Tensor unique = at::empty({n}, options);
   const int64_t* data = sorted.const_data_ptr<int64_t>();
   int64_t* slots = stats.mutable_data_ptr<int64_t>();

@@ -1,6 +1,7 @@
 // Pieces shared by the CUDA kernels of pyg_edgedot (edge_dot_kernel.cu, candidates_kernel.cu):
 // 16-byte vectors, the choice of vector width and lanes per group for a row length, the
-// current device's SM count, and the ops' first_bad output.
+// current device's SM count, the ops' first_bad output, and the bucket index over a graph's
+// excluded keys (edge_dot_loss_kernel.cu, negative_sampling_kernel.cu).
 #pragma once
 
 #include <ATen/ATen.h>
@@ -14,6 +15,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
+
+#include "counter_rng.h"
 
 namespace pyg_edgedot {
 namespace cuda {
@@ -120,6 +123,41 @@ inline bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr)
 // 16-byte vectors are used when every row starts on a 16-byte boundary.
 inline bool rows_vectorizable(const at::Tensor& x, int vec) {
   return vec > 1 && x.size(1) % vec == 0 && x.stride(0) % vec == 0 && aligned16(x.const_data_ptr());
+}
+
+// bucket[b] = #{i : adj_i < b << shift}, b = 0 .. num_buckets: one search per bucket (the
+// searches of neighbouring threads share their cache lines). A template: one definition for
+// every file that includes this header.
+template <int kUnused = 0>
+__global__ void adj_index_kernel(const int64_t* __restrict__ adj, int64_t num_adj, int shift,
+                                 int64_t num_entries, int64_t* __restrict__ bucket) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t b = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; b < num_entries;
+       b += stride) {
+    bucket[b] = rng::upper_bound(adj, 0, num_adj, (b << shift) - 1);
+  }
+}
+
+// The bucket index over adj (counter_rng.h's AdjIndex), where the CPU kernels build theirs: a
+// rank then costs two dependent loads (its bucket, then a stretch of about 4-8 keys) instead
+// of a binary search's log2(A), whose last levels miss L2 at tens of millions of keys. One
+// bucket per 4-8 keys keeps it to 1-2 bytes per key, built per call. Returns the tensor that
+// holds it (undefined, and index.bucket null, where adj is too short to index).
+inline at::Tensor build_adj_index(const at::Tensor& adj, int64_t num_ranks,
+                                  rng::AdjIndex& index, cudaStream_t stream) {
+  constexpr int kThreads = 256;
+  const int64_t num_adj = adj.numel();
+  if (!rng::plan_adj_index(num_adj, num_ranks, num_adj / 4, index)) return at::Tensor();
+  const int64_t num_entries = index.num_buckets + 1;
+  at::Tensor bucket = at::empty({num_entries}, adj.options());
+  const int64_t blocks = std::min<int64_t>((num_entries + kThreads - 1) / kThreads,
+                                           num_sms() * 32);
+  adj_index_kernel<<<blocks, kThreads, 0, stream>>>(adj.const_data_ptr<int64_t>(), num_adj,
+                                                    index.shift, num_entries,
+                                                    bucket.mutable_data_ptr<int64_t>());
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  index.bucket = bucket.const_data_ptr<int64_t>();
+  return bucket;
 }
 
 }  // namespace cuda

@@ -5,9 +5,9 @@
 Everything runs on ``edge_index``'s device (CPU or CUDA). The draw of
 :meth:`NegativeSampler.sample` (one graph) is the op ``negative_sample`` (schema in
 ``csrc/negative_sampling.cpp``; this module is its op group): on the CPU the fused C++ kernel
-(``csrc/cpu/negative_sampling_kernel.cpp``: radix sort, one merge, a cache-friendly
-shuffle), on CUDA the CUDA kernel (``csrc/cuda/negative_sampling_kernel.cu``: the same draws
-by radix sorts, binary searches and a parallel reconstruction of the shuffle), and without
+(``csrc/cpu/negative_sampling_kernel.cpp``: a radix sort of the i.i.d. ranks with their draw
+indices, one merge), on CUDA the CUDA kernel (``csrc/cuda/negative_sampling_kernel.cu``: the
+same draws by a CUB radix sort, a scan and searches through a bucket index), and without
 a compiled library for the device this module's pure-PyTorch path (:func:`_draw_keys`),
 registered as the op's fallback; :mod:`pyg_edgedot._backend` decides which. The op draws
 from one int64 seed taken from torch's generator (``generator=``, else the default CPU
@@ -32,8 +32,8 @@ because exactly the ``e_i`` with ``e_i - i <= r`` lie below the answer. So sampl
 negatives is sampling ranks in ``[0, M)``: every rank is a non-edge, nothing is rejected,
 and the count is exact whenever ``M`` holds it. Cost: ``O(E log E)`` once to sort the
 excluded keys (kept by :class:`NegativeSampler`), then ``O(k log k + k log E)`` for ``k``
-draws (the C++ kernel: linear passes, ``O(k + E)``; the CUDA kernel: radix sorts and one
-binary search per draw); memory ``O(E + k)`` (never ``O(N^2)``;
+draws (the C++ kernel: linear passes, ``O(k + E)``; the CUDA kernel: one radix sort and a
+bucket-index search per draw); memory ``O(E + k)`` (never ``O(N^2)``;
 PyG's ``method="dense"`` asks 931 GiB at one million nodes).
 
 Distinct ranks, uniformly, in random order: see :func:`_draw_distinct` (and the C++
