@@ -112,7 +112,6 @@ __global__ void __launch_bounds__(kThreads, kForwardBlocksPerSm<REL>) edge_dot_f
   const bool lane_has_edge = lane_in_warp < chunk_edges;
   const int lane = lane_in_warp % group_size;
   const int group_first_edge = lane_in_warp - lane;  // edges [first, first + G) of the chunk
-  const int batch = EPG < group_size ? EPG : group_size;
   const int group_edges = group_size < chunk_edges ? group_size : chunk_edges;
 
   auto load_index = [&](int64_t e, int64_t& s, int64_t& d, int64_t& t) {
@@ -138,61 +137,12 @@ __global__ void __launch_bounds__(kThreads, kForwardBlocksPerSm<REL>) edge_dot_f
     if (!my_valid && my_edge < num_edges) {
       atomicMin(first_bad, static_cast<unsigned long long>(my_edge));
     }
-    acc_t my_score = std::numeric_limits<acc_t>::quiet_NaN();
-
-    for (int t0 = 0; t0 < group_edges; t0 += batch) {
-      const scalar_t* src_row[EPG];
-      const scalar_t* dst_row[EPG];
-      const scalar_t* rel_row[REL ? EPG : 1];
-      bool valid[EPG];
-      acc_t acc[EPG];
-#pragma unroll
-      for (int j = 0; j < EPG; ++j) {
-        const int source_lane = group_first_edge + t0 + (j < batch ? j : 0);
-        const int64_t s = __shfl_sync(0xffffffffu, my_s, source_lane);
-        const int64_t d = __shfl_sync(0xffffffffu, my_d, source_lane);
-        int64_t t = 0;
-        if constexpr (REL) t = __shfl_sync(0xffffffffu, my_t, source_lane);
-        valid[j] = j < batch && s >= 0 && s < num_src && d >= 0 && d < num_dst && t >= 0 &&
-                   t < num_rel;
-        src_row[j] = x_src + (valid[j] ? s : 0) * src_row_stride;
-        dst_row[j] = x_dst + (valid[j] ? d : 0) * dst_row_stride;
-        if constexpr (REL) rel_row[j] = rel + (valid[j] ? t : 0) * rel_row_stride;
-        acc[j] = acc_t(0);
-      }
-      for (int64_t k = static_cast<int64_t>(lane) * VEC; k < feat_dim;
-           k += static_cast<int64_t>(group_size) * VEC) {
-        Packed<scalar_t, VEC> a[EPG], b[EPG], r[REL ? EPG : 1];
-#pragma unroll
-        for (int j = 0; j < EPG; ++j) {
-          if (valid[j]) {
-            a[j].load(src_row[j] + k);
-            b[j].load(dst_row[j] + k);
-            if constexpr (REL) r[j].load(rel_row[j] + k);
-          }
-        }
-#pragma unroll
-        for (int j = 0; j < EPG; ++j) {
-          if (valid[j]) {
-#pragma unroll
-            for (int i = 0; i < VEC; ++i) {
-              if constexpr (REL) {
-                acc[j] += a[j].get(i) * r[j].get(i) * b[j].get(i);
-              } else {
-                acc[j] += a[j].get(i) * b[j].get(i);
-              }
-            }
-          }
-        }
-      }
-#pragma unroll
-      for (int j = 0; j < EPG; ++j) {
-        for (int offset = group_size / 2; offset > 0; offset /= 2) {
-          acc[j] += __shfl_xor_sync(0xffffffffu, acc[j], offset);
-        }
-        if (j < batch && lane == t0 + j && valid[j]) my_score = acc[j];
-      }
-    }
+    const acc_t my_score = score_group_edges<scalar_t, VEC, EPG, REL>(
+        x_src, src_row_stride, x_dst, dst_row_stride, rel, rel_row_stride, my_s, my_d, my_t, lane,
+        group_first_edge, group_size, group_edges, feat_dim,
+        [&](int64_t s, int64_t d, int64_t t) {
+          return s >= 0 && s < num_src && d >= 0 && d < num_dst && t >= 0 && t < num_rel;
+        });
     if (my_edge < num_edges) out[my_edge] = static_cast<scalar_t>(my_score);
   }
 }

@@ -109,7 +109,6 @@ __global__ void __launch_bounds__(kThreads, 3) loss_score_kernel(
   const int lane_in_warp = threadIdx.x % kWarp;
   const int lane = lane_in_warp % group_size;
   const int group_first = lane_in_warp - lane;
-  const int batch = EPG < group_size ? EPG : group_size;
 
   int64_t next_s, next_d;
   pair_of(sp, warp * kWarp + lane_in_warp, num_pairs, src_index, src_index_stride, dst_index,
@@ -119,48 +118,11 @@ __global__ void __launch_bounds__(kThreads, 3) loss_score_kernel(
     pair_of(sp, chunk + warp_stride + lane_in_warp, num_pairs, src_index, src_index_stride,
             dst_index, dst_index_stride, num_src, num_dst, next_s, next_d);  // a chunk ahead
     const int64_t my_pair = chunk + lane_in_warp;
-    acc_t my_score = std::numeric_limits<acc_t>::quiet_NaN();
-    for (int t0 = 0; t0 < group_size; t0 += batch) {
-      const scalar_t* src_row[EPG];
-      const scalar_t* dst_row[EPG];
-      bool valid[EPG];
-      acc_t acc[EPG];
-#pragma unroll
-      for (int j = 0; j < EPG; ++j) {
-        const int source_lane = group_first + t0 + (j < batch ? j : 0);
-        const int64_t s = __shfl_sync(0xffffffffu, my_s, source_lane);
-        const int64_t d = __shfl_sync(0xffffffffu, my_d, source_lane);
-        valid[j] = j < batch && s >= 0 && d >= 0;
-        src_row[j] = x_src + (valid[j] ? s : 0) * src_row_stride;
-        dst_row[j] = x_dst + (valid[j] ? d : 0) * dst_row_stride;
-        acc[j] = acc_t(0);
-      }
-      for (int64_t k = static_cast<int64_t>(lane) * VEC; k < feat_dim;
-           k += static_cast<int64_t>(group_size) * VEC) {
-        Packed<scalar_t, VEC> a[EPG], b[EPG];
-#pragma unroll
-        for (int j = 0; j < EPG; ++j) {
-          if (valid[j]) {
-            a[j].load(src_row[j] + k);
-            b[j].load(dst_row[j] + k);
-          }
-        }
-#pragma unroll
-        for (int j = 0; j < EPG; ++j) {
-          if (valid[j]) {
-#pragma unroll
-            for (int i = 0; i < VEC; ++i) acc[j] += a[j].get(i) * b[j].get(i);
-          }
-        }
-      }
-#pragma unroll
-      for (int j = 0; j < EPG; ++j) {
-        for (int offset = group_size / 2; offset > 0; offset /= 2) {
-          acc[j] += __shfl_xor_sync(0xffffffffu, acc[j], offset);
-        }
-        if (j < batch && lane == t0 + j && valid[j]) my_score = acc[j];
-      }
-    }
+    // pair_of gave (-1, -1) past the end and for a positive out of range: not scored
+    const acc_t my_score = score_group_edges<scalar_t, VEC, EPG, false>(
+        x_src, src_row_stride, x_dst, dst_row_stride, x_src, 0, my_s, my_d, 0, lane, group_first,
+        group_size, group_size, feat_dim,
+        [](int64_t s, int64_t d, int64_t) { return s >= 0 && d >= 0; });
     if (my_pair < num_pairs) scores[my_pair] = static_cast<scalar_t>(my_score);
   }
 }

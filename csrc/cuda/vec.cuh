@@ -1,7 +1,8 @@
-// Pieces shared by the CUDA kernels of pyg_edgedot (edge_dot_kernel.cu, candidates_kernel.cu):
-// 16-byte vectors, the choice of vector width and lanes per group for a row length, the
-// current device's SM count, the ops' first_bad output, and the bucket index over a graph's
-// excluded keys (edge_dot_loss_kernel.cu, negative_sampling_kernel.cu).
+// Pieces shared by the CUDA kernels of pyg_edgedot: 16-byte vectors, the choice of vector
+// width and lanes per group for a row length, the current device's SM count, the ops'
+// first_bad output, the scoring loop of the forward kernels that give a group of lanes one
+// edge at a time (edge_dot_kernel.cu, edge_dot_loss_kernel.cu), and the bucket index over a
+// graph's excluded keys (edge_dot_loss_kernel.cu, negative_sampling_kernel.cu).
 #pragma once
 
 #include <ATen/ATen.h>
@@ -14,6 +15,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <type_traits>
 
 #include "counter_rng.h"
@@ -100,6 +102,77 @@ __device__ __forceinline__ void store_vec(scalar_t* __restrict__ ptr, const acc_
     for (int i = 0; i < VEC; ++i) v.val[i] = static_cast<scalar_t>(acc[i]);
     *reinterpret_cast<Vec<scalar_t, VEC>*>(ptr) = v;
   }
+}
+
+// The scores of a group's edges, for the forward kernels where lane i of a warp holds edge i
+// of its chunk (my_s, my_d, my_t; my_t only with REL) and the group of G lanes that lane
+// belongs to scores the group's first group_edges edges, EPG at a time with all their rows in
+// flight, each as a dot product over the G lanes (VEC-wide packed loads, one shuffle butterfly).
+// Returns the score of the lane's own edge, NaN where valid(s, d, t) said no (its rows are
+// never read). REL multiplies by the relation row (DistMult).
+template <typename scalar_t, int VEC, int EPG, bool REL, typename Valid>
+__device__ __forceinline__ at::opmath_type<scalar_t> score_group_edges(
+    const scalar_t* __restrict__ x_src, int64_t src_row_stride,
+    const scalar_t* __restrict__ x_dst, int64_t dst_row_stride,
+    const scalar_t* __restrict__ rel, int64_t rel_row_stride, int64_t my_s, int64_t my_d,
+    int64_t my_t, int lane, int group_first_edge, int group_size, int group_edges,
+    int64_t feat_dim, Valid valid_edge) {
+  using acc_t = at::opmath_type<scalar_t>;
+  const int batch = EPG < group_size ? EPG : group_size;
+  acc_t my_score = std::numeric_limits<acc_t>::quiet_NaN();
+  for (int t0 = 0; t0 < group_edges; t0 += batch) {
+    const scalar_t* src_row[EPG];
+    const scalar_t* dst_row[EPG];
+    const scalar_t* rel_row[REL ? EPG : 1];
+    bool valid[EPG];
+    acc_t acc[EPG];
+#pragma unroll
+    for (int j = 0; j < EPG; ++j) {
+      const int source_lane = group_first_edge + t0 + (j < batch ? j : 0);
+      const int64_t s = __shfl_sync(0xffffffffu, my_s, source_lane);
+      const int64_t d = __shfl_sync(0xffffffffu, my_d, source_lane);
+      int64_t t = 0;
+      if constexpr (REL) t = __shfl_sync(0xffffffffu, my_t, source_lane);
+      valid[j] = j < batch && valid_edge(s, d, t);
+      src_row[j] = x_src + (valid[j] ? s : 0) * src_row_stride;
+      dst_row[j] = x_dst + (valid[j] ? d : 0) * dst_row_stride;
+      if constexpr (REL) rel_row[j] = rel + (valid[j] ? t : 0) * rel_row_stride;
+      acc[j] = acc_t(0);
+    }
+    for (int64_t k = static_cast<int64_t>(lane) * VEC; k < feat_dim;
+         k += static_cast<int64_t>(group_size) * VEC) {
+      Packed<scalar_t, VEC> a[EPG], b[EPG], r[REL ? EPG : 1];
+#pragma unroll
+      for (int j = 0; j < EPG; ++j) {
+        if (valid[j]) {
+          a[j].load(src_row[j] + k);
+          b[j].load(dst_row[j] + k);
+          if constexpr (REL) r[j].load(rel_row[j] + k);
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < EPG; ++j) {
+        if (valid[j]) {
+#pragma unroll
+          for (int i = 0; i < VEC; ++i) {
+            if constexpr (REL) {
+              acc[j] += a[j].get(i) * r[j].get(i) * b[j].get(i);
+            } else {
+              acc[j] += a[j].get(i) * b[j].get(i);
+            }
+          }
+        }
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < EPG; ++j) {
+      for (int offset = group_size / 2; offset > 0; offset /= 2) {
+        acc[j] += __shfl_xor_sync(0xffffffffu, acc[j], offset);
+      }
+      if (j < batch && lane == t0 + j && valid[j]) my_score = acc[j];
+    }
+  }
+  return my_score;
 }
 
 // Lanes per group: enough that one pass of VEC-wide loads covers the row, at most a warp.
