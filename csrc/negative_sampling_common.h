@@ -185,7 +185,6 @@ struct Plan {
   Decoder decoder;
 };
 
-// The checks of negative_sample's arguments (both kernels raise the same errors).
 // excluded_keys' arguments; returns the bits its sort needs (the values are in [0, key_bound]).
 inline int check_excluded_keys(const at::Tensor& keys, int64_t key_bound) {
   const char* op = "excluded_keys";
@@ -197,6 +196,7 @@ inline int check_excluded_keys(const at::Tensor& keys, int64_t key_bound) {
   return bit_width(key_bound + 1);
 }
 
+// The checks of negative_sample's arguments (both kernels raise the same errors).
 inline Plan check_negative_sample(const at::Tensor& excluded_adj, int64_t num_ranks,
                                   int64_t count, bool replace, c10::string_view mode_name,
                                   int64_t num_src_nodes, int64_t num_dst_nodes,
