@@ -201,7 +201,6 @@ struct Plan {
   Decoder decoder;
 };
 
-// The checks of negative_sample's arguments (both kernels raise the same errors).
 // excluded_keys' arguments; returns the bits its sort needs (the values are in [0, key_bound]).
 inline int check_excluded_keys(const at::Tensor& keys, int64_t key_bound) {
   const char* op = "excluded_keys";
@@ -251,6 +250,7 @@ inline EdgeKeys check_excluded_edge_keys(const at::Tensor& edge_index,
   return EdgeKeys{mode, Encoder{num_src_nodes, num_dst_nodes, keys}, bit_width(keys + 1)};
 }
 
+// The checks of negative_sample's arguments (both kernels raise the same errors).
 inline Plan check_negative_sample(const at::Tensor& excluded_adj, int64_t num_ranks,
                                   int64_t count, bool replace, c10::string_view mode_name,
                                   int64_t num_src_nodes, int64_t num_dst_nodes,

@@ -57,7 +57,6 @@ KERNELS = ("cpu", "cuda")  # C++ and CUDA kernels (see pyg_edgedot._backend)
 
 NumNodes = Union[int, Tuple[int, int]]
 
-_INDEX_DTYPES = (torch.int32, torch.int64)
 _MAX_KEYS = 2 ** 62          # keys, ranks and their sums stay far from int64 overflow
 _RAND_HIGH = 2 ** 62         # raw draws for per-block ranks: bias of `% m` is <= m / 2**62
 # Above these sizes, ranks are sorted before the searchsorted that maps them to keys:
@@ -84,7 +83,7 @@ def _as_plain_index(name: str, edge_index) -> Tensor:
     if edge_index.dim() != 2 or edge_index.size(0) != 2:
         raise ValueError(f"{name}: edge_index must have shape [2, E] "
                          f"(got {list(edge_index.shape)})")
-    if edge_index.dtype not in _INDEX_DTYPES:
+    if edge_index.dtype not in _checks.INDEX_DTYPES:
         raise TypeError(f"{name}: edge_index must be int32 or int64 "
                         f"(got {edge_index.dtype})")
     return edge_index
@@ -705,7 +704,7 @@ class NegativeSampler:
     def _sample_per_source(self, src_index, k, generator, name) -> Tensor:
         _check_generator(name, generator, self.device)
         k = _as_count(name, "k", k)
-        _checks.check_tensor(name, "src_index", src_index, 1, "1-D [S]", _INDEX_DTYPES,
+        _checks.check_tensor(name, "src_index", src_index, 1, "1-D [S]", _checks.INDEX_DTYPES,
                              "int32 or int64")
         if src_index.device != self.device:
             raise ValueError(f"{name}: src_index must be on {self.device} "
@@ -828,7 +827,7 @@ def batched_negative_sampling(edge_index: Tensor, batch: Union[Tensor, Tuple[Ten
         arg = "batch" if not bipartite else f"batch[{i}]"
         if not isinstance(b, Tensor):
             raise TypeError(f"{name}: {arg} must be a torch.Tensor (got {type(b).__name__})")
-        if b.dim() != 1 or b.dtype not in _INDEX_DTYPES:
+        if b.dim() != 1 or b.dtype not in _checks.INDEX_DTYPES:
             raise ValueError(f"{name}: {arg} must be a 1-D int32/int64 tensor "
                              f"(got shape {list(b.shape)}, {b.dtype})")
         if b.device != device:
