@@ -9,12 +9,13 @@
 //     in order of first appearance. n draws (ranks 0 .. n - 1), sorted by (rank, draw index)
 //     with CUB's radix sort on the rank bits only (rank << index_bits | index in one word where
 //     it fits, else the index as a payload: a stable sort keeps equal ranks in draw order);
-//     the first of each run of equal ranks is marked at its draw index; an inclusive scan of
-//     the marks in draw order gives each first appearance its output column; the firsts with a
-//     column below `count` go to their key (a search through the bucket index, in rank order)
-//     and their pair. The number of distinct ranks is read back once (the one host sync);
-//     when it is below `count` (rare: the CPU kernel's sizes and checks) the draw runs again
-//     with more draws of the same stream, which gives the same first appearances.
+//     the first of each run of equal ranks is its first appearance. One pass in rank order
+//     (the bucket index's cache lines shared by neighbouring ranks) puts at each draw index the
+//     key of a first appearance, or -1 for a repeat; CUB's select compacts the keys in draw
+//     order (their count stays on the device), and one thread per output column writes the
+//     pair of the column's key. The number of distinct ranks is read back once (the one host
+//     sync); when it is below `count` (rare: the CPU kernel's sizes and checks) the draw runs
+//     again with more draws of the same stream, which gives the same first appearances.
 //   replace=False, count >= M / 4 (dense): the CPU kernel's permutation of the whole
 //     complement, reproduced with sorts: for more than kInCacheShuffle keys, every key's
 //     bucket from the bucket stream and a stable radix sort by bucket (= the CPU's stable
@@ -137,29 +138,28 @@ struct SortedWords {
   }
 };
 
-// is_first[draw index] = 1 for a rank's first appearance, else 0.
+// Sparse draws, in rank order (coalesced reads of the sorted words; neighbouring ranks share
+// the bucket index's cache lines): keys[draw index] = the key of the rank at position q where q
+// holds its first appearance, else -1. One random 8-byte store per draw.
 template <typename pos_t>
-__global__ void mark_first_kernel(SortedWords<pos_t> sorted, int64_t n,
-                                  pos_t* __restrict__ is_first) {
-  PYG_EDGEDOT_GRID_LOOP(q, n) { is_first[sorted.draw(q)] = sorted.first(q) ? 1 : 0; }
+__global__ void first_keys_kernel(SortedWords<pos_t> sorted, int64_t n,
+                                  const int64_t* __restrict__ adj, int64_t num_adj,
+                                  AdjIndex adj_index, int64_t* __restrict__ keys) {
+  PYG_EDGEDOT_GRID_LOOP(q, n) {
+    keys[sorted.draw(q)] =
+        sorted.first(q) ? rank_to_key(adj, num_adj, adj_index, sorted.rank(q)) : int64_t{-1};
+  }
 }
 
-// First appearances, in rank order: column[draw index] - 1 is the column (the inclusive scan of
-// is_first in draw order); below count, the pair of the rank's key.
-template <Mode mode, typename index_t, typename pos_t>
-__global__ void first_pairs_kernel(SortedWords<pos_t> sorted, int64_t n,
-                                   const pos_t* __restrict__ column, int64_t count,
-                                   const int64_t* __restrict__ adj, int64_t num_adj,
-                                   AdjIndex adj_index, Decoder decoder,
-                                   index_t* __restrict__ out, int64_t columns) {
-  PYG_EDGEDOT_GRID_LOOP(q, n) {
-    if (!sorted.first(q)) continue;
-    const int64_t t = static_cast<int64_t>(column[sorted.draw(q)]) - 1;
-    if (t < count) {
-      write_pair<mode>(decoder, rank_to_key(adj, num_adj, adj_index, sorted.rank(q)), t, count,
-                       out, columns);
-    }
-  }
+// Column t < count: the pair of keys[t] (the compacted first appearances, in draw order), when
+// the round holds count of them (else a top-up round follows and writes every column). One
+// thread per column: coalesced reads and stores.
+template <Mode mode, typename index_t>
+__global__ void key_pairs_kernel(const int64_t* __restrict__ keys,
+                                 const int64_t* __restrict__ num_keys, int64_t count,
+                                 Decoder decoder, index_t* __restrict__ out, int64_t columns) {
+  if (*num_keys < count) return;
+  PYG_EDGEDOT_GRID_LOOP(t, count) { write_pair<mode>(decoder, keys[t], t, count, out, columns); }
 }
 
 // Dense draws: keys[i] = the key of rank i (the whole complement, in rank order).
@@ -297,18 +297,20 @@ void select_unique(const int64_t* in, int64_t* out, int64_t* num, int64_t n,
                                            stream));
 }
 
-// The inclusive prefix sums of in[0, n), into a new tensor.
-template <typename T>
-at::Tensor inclusive_sum(const at::Tensor& in, int64_t n, cudaStream_t stream) {
-  at::Tensor out = at::empty_like(in);
-  const T* d_in = in.const_data_ptr<T>();
-  T* d_out = out.mutable_data_ptr<T>();
+// Whether a slot of first_keys_kernel's output holds a key (not -1).
+struct IsKey {
+  __host__ __device__ bool operator()(int64_t key) const { return key >= 0; }
+};
+
+// The keys (>= 0) of keys[0, n) moved to its front in order (in place), their count into *num
+// (on the device).
+void select_keys(int64_t* keys, int64_t* num, int64_t n, const at::TensorOptions& options,
+                 cudaStream_t stream) {
   size_t temp_bytes = 0;
-  C10_CUDA_CHECK(cub::DeviceScan::InclusiveSum(nullptr, temp_bytes, d_in, d_out, n, stream));
-  at::Tensor temp = at::empty({static_cast<int64_t>(temp_bytes)}, in.options().dtype(at::kByte));
-  C10_CUDA_CHECK(cub::DeviceScan::InclusiveSum(temp.mutable_data_ptr(), temp_bytes, d_in, d_out,
-                                               n, stream));
-  return out;
+  C10_CUDA_CHECK(cub::DeviceSelect::If(nullptr, temp_bytes, keys, num, n, IsKey(), stream));
+  at::Tensor temp = at::empty({static_cast<int64_t>(temp_bytes)}, options.dtype(at::kByte));
+  C10_CUDA_CHECK(cub::DeviceSelect::If(temp.mutable_data_ptr(), temp_bytes, keys, num, n,
+                                       IsKey(), stream));
 }
 
 // The kernel for out's index dtype and the plan's mode: f(index_t{}, mode constant).
@@ -358,19 +360,24 @@ void first_distinct_pairs(const at::Tensor& adj, const AdjIndex& adj_index, int6
       } else {
         std::tie(words, index) = sort_pairs<int64_t, pos_t>(words, index, n, rank_bits, stream);
       }
-      const SortedWords<pos_t> sorted{words.const_data_ptr<int64_t>(),
-                                      packed ? nullptr : index.const_data_ptr<pos_t>(), shift};
-      at::Tensor is_first = at::empty({n}, pos_options);
-      launch(mark_first_kernel<pos_t>, n, stream, sorted, n, is_first.mutable_data_ptr<pos_t>());
-      const at::Tensor column = inclusive_sum<pos_t>(is_first, n, stream);
+      at::Tensor keys = at::empty({n}, adj.options());
+      launch(first_keys_kernel<pos_t>, n, stream,
+             SortedWords<pos_t>{words.const_data_ptr<int64_t>(),
+                                packed ? nullptr : index.const_data_ptr<pos_t>(), shift},
+             n, adj.const_data_ptr<int64_t>(), adj.numel(), adj_index,
+             keys.mutable_data_ptr<int64_t>());
+      words = at::Tensor();  // free before the selection's scratch
+      index = at::Tensor();
+      const at::Tensor num_keys = at::empty({1}, adj.options());
+      select_keys(keys.mutable_data_ptr<int64_t>(), num_keys.mutable_data_ptr<int64_t>(), n,
+                  adj.options(), stream);
       dispatch_pairs(out, plan.mode, [&](auto index_tag, auto mode_tag) {
         using index_t = decltype(index_tag);
-        launch(first_pairs_kernel<decltype(mode_tag)::value, index_t, pos_t>, n, stream, sorted,
-               n, column.const_data_ptr<pos_t>(), count, adj.const_data_ptr<int64_t>(),
-               adj.numel(), adj_index, plan.decoder, out.mutable_data_ptr<index_t>(),
-               plan.columns);
+        launch(key_pairs_kernel<decltype(mode_tag)::value, index_t>, count, stream,
+               keys.const_data_ptr<int64_t>(), num_keys.const_data_ptr<int64_t>(), count,
+               plan.decoder, out.mutable_data_ptr<index_t>(), plan.columns);
       });
-      distinct = column.narrow(0, n - 1, 1).item<int64_t>();  // the host sync
+      distinct = num_keys.item<int64_t>();  // the host sync
     }
     if (distinct >= count) return;
     n += top_up_draw_count(count, distinct, num_ranks, round);
