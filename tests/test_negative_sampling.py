@@ -758,13 +758,17 @@ SAME_DRAW_CASES = [
     (2000, None, 20_000, "directed", 150_000, False, -1),  # sparse, bucketed
     (2000, None, 20_000, "directed", 150_000, True, -1),   # i.i.d., bucketed
     (2000, None, 20_000, "directed", 70_000, False, 1000),  # bucketed after top-ups
+    (500, None, 5000, "directed", 60_000, False, -1),   # sparse near M / 4: ~8K repeats; the
+                                                        # CUDA sort on 16 of 18 rank bits
     (40, 30, 300, "directed", 500, False, -1),          # bipartite
     (60, None, 500, "self_loops", 900, False, -1),      # directed key space with loops
     (60, None, 500, "undirected", 400, False, -1),      # undirected: [2, 2 * count]
     (400, None, 3000, "undirected", 70_000, False, -1),  # undirected, bucketed
+    (2000, None, 20_000, "undirected", 150_000, False, -1),  # undirected, sparse
     (1, 1, 0, "directed", 1, False, -1),                # one key
     (2 ** 28, 2 ** 28 + 3, 50, "directed", 100, False, -1),  # rank + index bits > 63: the
-    (2 ** 28, 2 ** 28 + 3, 50, "directed", 100, False, 0),   # index sorted as a payload
+    (2 ** 28, 2 ** 28 + 3, 50, "directed", 100, False, 0),   # CPU sorts the index as a
+                                                             # payload, CUDA 8 of 56 rank bits
 ]
 
 

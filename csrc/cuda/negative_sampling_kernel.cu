@@ -6,15 +6,19 @@
 //   replace=True: one thread per output column t: rank t of the rank stream, its key through
 //     the bucket index over adj (vec.cuh's build_adj_index), its pair. No sort, no host sync.
 //   replace=False, count < M / 4 (sparse): the first `count` distinct ranks of the rank stream
-//     in order of first appearance. n draws (ranks 0 .. n - 1), sorted by (rank, draw index)
-//     with CUB's radix sort on the rank bits only (rank << index_bits | index in one word where
-//     it fits, else the index as a payload: a stable sort keeps equal ranks in draw order);
-//     the first of each run of equal ranks is marked at its draw index; an inclusive scan of
-//     the marks in draw order gives each first appearance its output column; the firsts with a
-//     column below `count` go to their key (a search through the bucket index, in rank order)
-//     and their pair. The number of distinct ranks is read back once (the one host sync);
-//     when it is below `count` (rare: the CPU kernel's sizes and checks) the draw runs again
-//     with more draws of the same stream, which gives the same first appearances.
+//     in order of first appearance. n draws (ranks 0 .. n - 1) as words, the top bits of the
+//     rank above the draw index, sorted by CUB's radix sort on those top bits only: whole
+//     8-bit digits holding n / 2 values or more (every bit of the rank where it has fewer), so
+//     a run of equal top bits holds a few draws on average, and the stable sort keeps each run
+//     in draw order. A draw's full rank is recomputed from its index (a counter); it is the
+//     rank's first appearance where no earlier draw of its run has the same rank. One pass in
+//     sorted order (the bucket index's cache lines shared by neighbouring ranks) puts at each
+//     draw index the key of a first appearance, or -1 for a repeat; CUB's select compacts the
+//     keys in draw order (their count stays on the device), and one thread per output column
+//     writes the pair of the column's key. The number of distinct ranks is read back once (the
+//     one host sync); when it is below `count` (rare: the CPU kernel's sizes and checks) the
+//     draw runs again with more draws of the same stream, which gives the same first
+//     appearances.
 //   replace=False, count >= M / 4 (dense): the CPU kernel's permutation of the whole
 //     complement, reproduced with sorts: for more than kInCacheShuffle keys, every key's
 //     bucket from the bucket stream and a stable radix sort by bucket (= the CPU's stable
@@ -102,64 +106,61 @@ __global__ void iid_pairs_kernel(int64_t count, Stream ranks, int64_t num_ranks,
   }
 }
 
-// The sparse draw's words (see the top of the file): rank i of the rank stream as
-// rank << shift | i (index null), or as the rank with index[i] = i.
-template <typename pos_t>
-__global__ void draw_words_kernel(int64_t* __restrict__ words, pos_t* __restrict__ index,
-                                  int64_t n, Stream ranks, int64_t num_ranks, int shift) {
-  PYG_EDGEDOT_GRID_LOOP(i, n) {
-    const int64_t r = static_cast<int64_t>(ranks.below(static_cast<uint64_t>(i),
-                                                       static_cast<uint64_t>(num_ranks)));
-    if (index == nullptr) {
-      words[i] = (r << shift) | i;
-    } else {
-      words[i] = r;
-      index[i] = static_cast<pos_t>(i);
-    }
-  }
-}
+// The sparse draw's words (see the top of the file): draw i of the rank stream as
+// (rank >> low_bits) << index_bits | i, the top bits of its rank above its index. The full rank
+// is recomputed from the index (a counter of the generator) where it is needed.
+struct DrawWords {
+  Stream ranks;
+  int64_t num_ranks;
+  int low_bits, index_bits;
 
-// Sorted words: the rank and the draw index of position q.
-template <typename pos_t>
-struct SortedWords {
-  const int64_t* __restrict__ words;
-  const pos_t* __restrict__ index;  // null: packed
-  int shift;
-
-  __device__ __forceinline__ int64_t rank(int64_t q) const { return words[q] >> shift; }
-  __device__ __forceinline__ int64_t draw(int64_t q) const {
-    return index == nullptr ? words[q] & ((int64_t{1} << shift) - 1)
-                            : static_cast<int64_t>(index[q]);
+  __device__ __forceinline__ int64_t rank(int64_t draw) const {
+    return static_cast<int64_t>(ranks.below(static_cast<uint64_t>(draw),
+                                            static_cast<uint64_t>(num_ranks)));
   }
-  // Whether position q holds its rank's first appearance (the first of its run).
-  __device__ __forceinline__ bool first(int64_t q) const {
-    return q == 0 || rank(q - 1) != rank(q);
+  __device__ __forceinline__ int64_t word(int64_t draw) const {
+    return ((rank(draw) >> low_bits) << index_bits) | draw;
+  }
+  __device__ __forceinline__ int64_t run(int64_t word) const { return word >> index_bits; }
+  __device__ __forceinline__ int64_t draw(int64_t word) const {
+    return word & ((int64_t{1} << index_bits) - 1);
   }
 };
 
-// is_first[draw index] = 1 for a rank's first appearance, else 0.
-template <typename pos_t>
-__global__ void mark_first_kernel(SortedWords<pos_t> sorted, int64_t n,
-                                  pos_t* __restrict__ is_first) {
-  PYG_EDGEDOT_GRID_LOOP(q, n) { is_first[sorted.draw(q)] = sorted.first(q) ? 1 : 0; }
+__global__ void draw_words_kernel(int64_t* __restrict__ words, int64_t n, DrawWords layout) {
+  PYG_EDGEDOT_GRID_LOOP(i, n) { words[i] = layout.word(i); }
 }
 
-// First appearances, in rank order: column[draw index] - 1 is the column (the inclusive scan of
-// is_first in draw order); below count, the pair of the rank's key.
-template <Mode mode, typename index_t, typename pos_t>
-__global__ void first_pairs_kernel(SortedWords<pos_t> sorted, int64_t n,
-                                   const pos_t* __restrict__ column, int64_t count,
-                                   const int64_t* __restrict__ adj, int64_t num_adj,
-                                   AdjIndex adj_index, Decoder decoder,
-                                   index_t* __restrict__ out, int64_t columns) {
+// Sparse draws, in the sorted words' order (coalesced reads; neighbouring ranks share the
+// bucket index's cache lines): keys[draw index] = the key of the draw's rank where no earlier
+// draw of its run (equal top bits, in draw order) has that rank, i.e. at the rank's first
+// appearance, else -1. One random 8-byte store per draw; the scan back through the run
+// recomputes a few ranks on average.
+__global__ void first_keys_kernel(const int64_t* __restrict__ words, int64_t n, DrawWords layout,
+                                  const int64_t* __restrict__ adj, int64_t num_adj,
+                                  AdjIndex adj_index, int64_t* __restrict__ keys) {
   PYG_EDGEDOT_GRID_LOOP(q, n) {
-    if (!sorted.first(q)) continue;
-    const int64_t t = static_cast<int64_t>(column[sorted.draw(q)]) - 1;
-    if (t < count) {
-      write_pair<mode>(decoder, rank_to_key(adj, num_adj, adj_index, sorted.rank(q)), t, count,
-                       out, columns);
+    const int64_t word = words[q], run = layout.run(word), draw = layout.draw(word);
+    const int64_t rank = layout.rank(draw);
+    bool first = true;
+    for (int64_t p = q - 1; first && p >= 0; --p) {
+      const int64_t earlier = words[p];
+      if (layout.run(earlier) != run) break;
+      first = layout.rank(layout.draw(earlier)) != rank;
     }
+    keys[draw] = first ? rank_to_key(adj, num_adj, adj_index, rank) : int64_t{-1};
   }
+}
+
+// Column t < count: the pair of keys[t] (the compacted first appearances, in draw order), when
+// the round holds count of them (else a top-up round follows and writes every column). One
+// thread per column: coalesced reads and stores.
+template <Mode mode, typename index_t>
+__global__ void key_pairs_kernel(const int64_t* __restrict__ keys,
+                                 const int64_t* __restrict__ num_keys, int64_t count,
+                                 Decoder decoder, index_t* __restrict__ out, int64_t columns) {
+  if (*num_keys < count) return;
+  PYG_EDGEDOT_GRID_LOOP(t, count) { write_pair<mode>(decoder, keys[t], t, count, out, columns); }
 }
 
 // Dense draws: keys[i] = the key of rank i (the whole complement, in rank order).
@@ -248,19 +249,34 @@ __global__ void pairs_kernel(const int64_t* __restrict__ data, const pos_t* __re
 template <typename T>
 using Bits = std::make_unsigned_t<T>;
 
+// CUB's onesweep radix sort (sm_90) moves the keys once per digit of this many bits.
+constexpr int kSortDigitBits = 8;
+
 // values[0, n) (non-negative) sorted stably by their bits [begin_bit, end_bit), those above
-// zero (the input when there is nothing to sort).
+// zero: the input when there is nothing to sort, else a new tensor, or with `overwrite` the
+// input or one more buffer (the input's content is then lost; CUB sorts between the two, so
+// its scratch is small instead of a third copy).
 at::Tensor sort_keys(const at::Tensor& values, int64_t n, int begin_bit, int end_bit,
-                     cudaStream_t stream) {
+                     bool overwrite, cudaStream_t stream) {
   if (n < 2 || end_bit <= begin_bit) return values;
   at::Tensor out = at::empty({n}, values.options());
-  const auto* in = reinterpret_cast<const uint64_t*>(values.const_data_ptr<int64_t>());
   auto* sorted = reinterpret_cast<uint64_t*>(out.mutable_data_ptr<int64_t>());
+  const at::TensorOptions byte_options = values.options().dtype(at::kByte);
   size_t temp_bytes = 0;
+  if (overwrite) {
+    cub::DoubleBuffer<uint64_t> buffers(
+        reinterpret_cast<uint64_t*>(values.mutable_data_ptr<int64_t>()), sorted);
+    C10_CUDA_CHECK(cub::DeviceRadixSort::SortKeys(nullptr, temp_bytes, buffers, n, begin_bit,
+                                                  end_bit, stream));
+    at::Tensor temp = at::empty({static_cast<int64_t>(temp_bytes)}, byte_options);
+    C10_CUDA_CHECK(cub::DeviceRadixSort::SortKeys(temp.mutable_data_ptr(), temp_bytes, buffers,
+                                                  n, begin_bit, end_bit, stream));
+    return buffers.selector == 0 ? values : out;
+  }
+  const auto* in = reinterpret_cast<const uint64_t*>(values.const_data_ptr<int64_t>());
   C10_CUDA_CHECK(cub::DeviceRadixSort::SortKeys(nullptr, temp_bytes, in, sorted, n, begin_bit,
                                                 end_bit, stream));
-  at::Tensor temp = at::empty({static_cast<int64_t>(temp_bytes)},
-                              values.options().dtype(at::kByte));
+  at::Tensor temp = at::empty({static_cast<int64_t>(temp_bytes)}, byte_options);
   C10_CUDA_CHECK(cub::DeviceRadixSort::SortKeys(temp.mutable_data_ptr(), temp_bytes, in, sorted,
                                                 n, begin_bit, end_bit, stream));
   return out;
@@ -297,18 +313,20 @@ void select_unique(const int64_t* in, int64_t* out, int64_t* num, int64_t n,
                                            stream));
 }
 
-// The inclusive prefix sums of in[0, n), into a new tensor.
-template <typename T>
-at::Tensor inclusive_sum(const at::Tensor& in, int64_t n, cudaStream_t stream) {
-  at::Tensor out = at::empty_like(in);
-  const T* d_in = in.const_data_ptr<T>();
-  T* d_out = out.mutable_data_ptr<T>();
+// Whether a slot of first_keys_kernel's output holds a key (not -1).
+struct IsKey {
+  __host__ __device__ bool operator()(int64_t key) const { return key >= 0; }
+};
+
+// The keys (>= 0) of keys[0, n) moved to its front in order (in place), their count into *num
+// (on the device).
+void select_keys(int64_t* keys, int64_t* num, int64_t n, const at::TensorOptions& options,
+                 cudaStream_t stream) {
   size_t temp_bytes = 0;
-  C10_CUDA_CHECK(cub::DeviceScan::InclusiveSum(nullptr, temp_bytes, d_in, d_out, n, stream));
-  at::Tensor temp = at::empty({static_cast<int64_t>(temp_bytes)}, in.options().dtype(at::kByte));
-  C10_CUDA_CHECK(cub::DeviceScan::InclusiveSum(temp.mutable_data_ptr(), temp_bytes, d_in, d_out,
-                                               n, stream));
-  return out;
+  C10_CUDA_CHECK(cub::DeviceSelect::If(nullptr, temp_bytes, keys, num, n, IsKey(), stream));
+  at::Tensor temp = at::empty({static_cast<int64_t>(temp_bytes)}, options.dtype(at::kByte));
+  C10_CUDA_CHECK(cub::DeviceSelect::If(temp.mutable_data_ptr(), temp_bytes, keys, num, n,
+                                       IsKey(), stream));
 }
 
 // The kernel for out's index dtype and the plan's mode: f(index_t{}, mode constant).
@@ -330,47 +348,42 @@ void dispatch_pairs(const at::Tensor& out, Mode mode, F&& f) {
 // ---------------------------------------------------------------------------------------
 
 // replace=False, count < M / 4: out = the pairs of the first `count` distinct ranks of the rank
-// stream, in order of first appearance (see the top of the file), draw indices of type pos_t.
-template <typename pos_t>
+// stream, in order of first appearance (see the top of the file).
 void first_distinct_pairs(const at::Tensor& adj, const AdjIndex& adj_index, int64_t num_ranks,
                           int64_t count, int64_t seed, int64_t first_round, const Plan& plan,
                           at::Tensor& out, cudaStream_t stream) {
-  const at::TensorOptions pos_options =
-      adj.options().dtype(sizeof(pos_t) == 4 ? at::kInt : at::kLong);
-  const Stream rank_stream(seed, kRankStream);
   const int rank_bits = bit_width(num_ranks);
   int64_t n = first_round >= 0 ? first_round : iid_draw_count(count, num_ranks);
   for (int round = 1;; ++round) {
     int64_t distinct = 0;
     if (n > 0) {
-      PYG_EDGEDOT_CHECK(n - 1 <= static_cast<int64_t>(std::numeric_limits<pos_t>::max()),
-                        "negative_sample: ", std::to_string(n), " draws overflow their index");
+      // The rank's top bits the sort orders: the whole digits that hold n / 2 values (a run of
+      // equal top bits then holds a few draws on average), or every bit of the rank where it
+      // has fewer; room for the index below them.
       const int index_bits = bit_width(n);
-      const bool packed = rank_bits + index_bits <= 63;
-      const int shift = packed ? index_bits : 0;
-      at::Tensor words = at::empty({n}, adj.options()), index;
-      if (!packed) index = at::empty({n}, pos_options);
-      launch(draw_words_kernel<pos_t>, n, stream, words.mutable_data_ptr<int64_t>(),
-             packed ? nullptr : index.mutable_data_ptr<pos_t>(), n, rank_stream, num_ranks,
-             shift);
-      if (packed) {
-        words = sort_keys(words, n, shift, shift + rank_bits, stream);
-      } else {
-        std::tie(words, index) = sort_pairs<int64_t, pos_t>(words, index, n, rank_bits, stream);
-      }
-      const SortedWords<pos_t> sorted{words.const_data_ptr<int64_t>(),
-                                      packed ? nullptr : index.const_data_ptr<pos_t>(), shift};
-      at::Tensor is_first = at::empty({n}, pos_options);
-      launch(mark_first_kernel<pos_t>, n, stream, sorted, n, is_first.mutable_data_ptr<pos_t>());
-      const at::Tensor column = inclusive_sum<pos_t>(is_first, n, stream);
+      const int digits = (std::max(index_bits - 1, 1) + kSortDigitBits - 1) / kSortDigitBits;
+      const int sort_bits = std::min({rank_bits, digits * kSortDigitBits, 63 - index_bits});
+      const DrawWords layout{Stream(seed, kRankStream), num_ranks, rank_bits - sort_bits,
+                             index_bits};
+      at::Tensor words = at::empty({n}, adj.options());
+      launch(draw_words_kernel, n, stream, words.mutable_data_ptr<int64_t>(), n, layout);
+      words = sort_keys(words, n, index_bits, index_bits + sort_bits, /*overwrite=*/true,
+                        stream);
+      at::Tensor keys = at::empty({n}, adj.options());
+      launch(first_keys_kernel, n, stream, words.const_data_ptr<int64_t>(), n, layout,
+             adj.const_data_ptr<int64_t>(), adj.numel(), adj_index,
+             keys.mutable_data_ptr<int64_t>());
+      words = at::Tensor();  // free before the selection's scratch
+      const at::Tensor num_keys = at::empty({1}, adj.options());
+      select_keys(keys.mutable_data_ptr<int64_t>(), num_keys.mutable_data_ptr<int64_t>(), n,
+                  adj.options(), stream);
       dispatch_pairs(out, plan.mode, [&](auto index_tag, auto mode_tag) {
         using index_t = decltype(index_tag);
-        launch(first_pairs_kernel<decltype(mode_tag)::value, index_t, pos_t>, n, stream, sorted,
-               n, column.const_data_ptr<pos_t>(), count, adj.const_data_ptr<int64_t>(),
-               adj.numel(), adj_index, plan.decoder, out.mutable_data_ptr<index_t>(),
-               plan.columns);
+        launch(key_pairs_kernel<decltype(mode_tag)::value, index_t>, count, stream,
+               keys.const_data_ptr<int64_t>(), num_keys.const_data_ptr<int64_t>(), count,
+               plan.decoder, out.mutable_data_ptr<index_t>(), plan.columns);
       });
-      distinct = column.narrow(0, n - 1, 1).item<int64_t>();  // the host sync
+      distinct = num_keys.item<int64_t>();  // the host sync
     }
     if (distinct >= count) return;
     n += top_up_draw_count(count, distinct, num_ranks, round);
@@ -454,14 +467,8 @@ at::Tensor negative_sample_cuda(const at::Tensor& excluded_adj, int64_t num_rank
              out.mutable_data_ptr<index_t>(), plan.columns);
     });
   } else if (count < (num_ranks + 3) / 4) {
-    // 32-bit draw indices while they fit (checked per round; a top-up round draws more)
-    if (4 * std::max(count, first_round) < std::numeric_limits<int32_t>::max()) {
-      first_distinct_pairs<int32_t>(adj, adj_index, num_ranks, count, seed, first_round, plan,
-                                    out, stream);
-    } else {
-      first_distinct_pairs<int64_t>(adj, adj_index, num_ranks, count, seed, first_round, plan,
-                                    out, stream);
-    }
+    first_distinct_pairs(adj, adj_index, num_ranks, count, seed, first_round, plan, out,
+                         stream);
   } else {  // count >= M / 4: the CPU kernel's permutation of the whole complement
     at::Tensor keys = at::empty({num_ranks}, adj.options());
     launch(all_keys_kernel, num_ranks, stream, keys.mutable_data_ptr<int64_t>(), num_ranks,
@@ -518,7 +525,7 @@ std::tuple<at::Tensor, at::Tensor, int64_t> excluded_tables(const at::Tensor& ke
                                                             cudaStream_t stream) {
   const at::TensorOptions options = keys.options();
   if (n == 0) return {at::empty({0}, options), at::empty({0}, options), -1};
-  const at::Tensor sorted = sort_keys(keys, n, 0, bits, stream);
+  const at::Tensor sorted = sort_keys(keys, n, 0, bits, /*overwrite=*/false, stream);
   at::Tensor unique = at::empty({n}, options);
   const int64_t* data = sorted.const_data_ptr<int64_t>();
   int64_t* slots = stats.mutable_data_ptr<int64_t>();
