@@ -44,7 +44,6 @@ struct EdgePayload<acc_t, key_t, true> {
   key_t other;
 };
 
-
 // An edge's sort key: its output row, or num_rows for a row out of range (sorted last, never
 // read).
 template <typename key_t>
@@ -456,6 +455,7 @@ SortedEdges<key_t, Payload> sort_by_row(const SortInput<key_t, Payload>& input,
   return SortedEdges<key_t, Payload>{input.key_storage, input.payload_storage, key_buf.Current(),
                                      payload_buf.Current()};
 }
+
 // The CSR row pointer [num_rows + 1] of the sorted keys.
 template <typename key_t>
 at::Tensor build_rowptr(const key_t* sorted_keys, int64_t num_edges, int64_t num_rows,
