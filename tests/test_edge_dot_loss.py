@@ -434,6 +434,103 @@ def test_kernel_same_bits_on_any_number_of_threads(gen):
         assert all(torch.equal(a, b) for a, b in zip(results[i % 2], results[i]))
 
 
+# ---- the CUDA backward without pair tensors ------------------------------------------------
+# Past 2**16 pairs a chunk's pairs go straight into the sort input of edge_dot_grad's sorted
+# backward; the composite materializes the same pairs and calls edge_dot_grad on them. Both
+# add each row's pairs in increasing pair order from zero, in pieces of the same length, so
+# the gradients must be the same bits. Reduction "sum": for "mean" the composite divides the
+# scale by the count with torch's scalar division, which need not round as the kernel's does.
+
+def _cuda_loss_kernel_or_skip() -> None:
+    if not torch.cuda.is_available():
+        pytest.skip("CUDA is not available")
+    _kernel_or_skip("cuda")
+
+
+def _loss_grads_and_composite(args, score_grad, needs):
+    g = torch.tensor(1.7, dtype=score_grad.dtype, device=score_grad.device)
+    got = torch.ops.pyg_edgedot.edge_dot_loss_grad(g, score_grad, *args, *needs)
+    want = loss_module.fallback_impls()["edge_dot_loss_grad"](g, score_grad, *args, *needs)
+    return got, want
+
+
+def _assert_same_grad_bits(got, want, needs, x_src, x_dst):
+    for a, b, needed, x, name in zip(got, want, needs, (x_src, x_dst), ("x_src", "x_dst")):
+        assert a.dtype == x.dtype and a.shape == (x.size(0) if needed else 0, x.size(1))
+        bad = (a != b).any(dim=1).nonzero().flatten().tolist()
+        assert not bad, f"grad {name}: rows {bad[:10]} differ from the composite's bits"
+
+
+@pytest.mark.parametrize("needs", [(True, True), (True, False), (False, True)],
+                         ids=["both", "src", "dst"])
+@pytest.mark.parametrize("negatives", ["structured", "uniform"])
+@pytest.mark.parametrize("feat_dim", [19, 32])
+@pytest.mark.parametrize("index_dtype", INDEX_DTYPES, ids=dtype_id)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16], ids=dtype_id)
+def test_cuda_loss_grad_direct_fill_matches_composite_bitwise(dtype, index_dtype, feat_dim,
+                                                             negatives, needs, gen):
+    _cuda_loss_kernel_or_skip()
+    num_src, num_dst, num_edges, k = 300, 40, 20_000, 3   # 80,000 pairs, one chunk
+    x_src = randn(gen, num_src, feat_dim, dtype=dtype, device="cuda")
+    x_dst = randn(gen, num_dst, feat_dim, dtype=dtype, device="cuda")
+    positives = _graph(gen, num_src, num_dst, num_edges, index_dtype, "cuda")
+    # Rows longer than a piece (2,048 pairs): source 7's 1,000 positives and, structured, their
+    # negatives (4,000 pairs); destination 5's 3,000 positives; about 2,000 pairs per
+    # destination row besides.
+    positives[0, :1000] = 7
+    positives[1, 1000:4000] = 5
+    sampler = NegativeSampler(_graph(gen, num_src, num_dst, 2000, index_dtype, "cuda"),
+                              (num_src, num_dst))
+    args = _op_args(x_src, x_dst, positives, sampler, k, negatives, "bce", "sum")
+    score_grad = randn(gen, num_edges, 1 + k, dtype=dtype, device="cuda")
+    got, want = _loss_grads_and_composite(args, score_grad, needs)
+    _assert_same_grad_bits(got, want, needs, x_src, x_dst)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=dtype_id)
+def test_cuda_loss_grad_chunks_on_both_routes_match_composite_bitwise(dtype, gen):
+    # K = 1: a chunk of 2**23 positives (2**24 pairs, the sort input filled directly), then one
+    # of 20,000 (40,000 pairs: index tensors through edge_dot_grad's small-E path); the chunks'
+    # gradients added in order (in float32 for bfloat16).
+    _cuda_loss_kernel_or_skip()
+    num_src, num_dst, num_edges, feat_dim = 5000, 3000, (1 << 23) + 20_000, 8
+    x_src = randn(gen, num_src, feat_dim, dtype=dtype, device="cuda")
+    x_dst = randn(gen, num_dst, feat_dim, dtype=dtype, device="cuda")
+    assert loss_module._positives_per_chunk(x_src, x_dst, 1) == 1 << 23
+    positives = _graph(gen, num_src, num_dst, num_edges, torch.int64, "cuda")
+    args = _op_args(x_src, x_dst, positives, None, 1, "uniform", "bpr", "sum")
+    score_grad = randn(gen, num_edges, 2, dtype=dtype, device="cuda")
+    needs = (True, True)
+    got, want = _loss_grads_and_composite(args, score_grad, needs)
+    _assert_same_grad_bits(got, want, needs, x_src, x_dst)
+
+
+def test_cuda_loss_grad_allocates_no_pair_tensors(gen):
+    # Issue 15: no [2, E * (1 + K)] tensor. Beyond its outputs the backward holds one sort input
+    # at a time (24 bytes a pair: [2, n] int32 keys, [2, n] (float, int32) payloads) and CUB's
+    # scratch; the pairs as index tensors and weights would add 12 bytes a pair (24 MiB here).
+    _cuda_loss_kernel_or_skip()
+    num_nodes, num_edges, feat_dim = 1 << 14, 1 << 20, 8
+    x_src = randn(gen, num_nodes, feat_dim, device="cuda")
+    x_dst = randn(gen, num_nodes, feat_dim, device="cuda")
+    positives = _graph(gen, num_nodes, num_nodes, num_edges, torch.int64, "cuda")
+    args = _op_args(x_src, x_dst, positives, None, 1, "uniform", "bce", "sum")
+    score_grad = randn(gen, num_edges, 2, device="cuda")
+    g = torch.tensor(1.0, device="cuda")
+    torch.ops.pyg_edgedot.edge_dot_loss_grad(g, score_grad, *args, True, True)  # warm-up
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    grads = torch.ops.pyg_edgedot.edge_dot_loss_grad(g, score_grad, *args, True, True)
+    torch.cuda.synchronize()
+    peak = torch.cuda.max_memory_allocated() - before
+    outputs = sum(t.numel() * t.element_size() for t in grads)
+    sort_input = 24 * 2 * num_edges
+    assert peak <= outputs + sort_input + (6 << 20), (
+        f"peak extra {peak / 2**20:.1f} MiB: outputs {outputs / 2**20:.1f} MiB + one sort "
+        f"input {sort_input / 2**20:.1f} MiB + 6 MiB of scratch allowed")
+
+
 # ---- gradcheck, torch.compile, opcheck -----------------------------------------------------
 
 @pytest.mark.parametrize("loss", ["bce", "bpr"])

@@ -17,13 +17,16 @@
 // and every GPU. Traffic beyond edge_dot's over the same pairs: the [E, 1 + K] scores written,
 // read and written again (8 bytes a pair in fp32 against 2 * D * 4 gathered).
 //
-// Backward: chunks of positives; per chunk one kernel regenerates the pairs and their weights
-// grad_loss * score_grad (/ count for "mean", in the features' dtype as the composite hands
-// them on), and edge_dot_grad's deterministic CUDA kernels (sort by row, then one walk per
-// row; called through the dispatcher) scatter them, once per gradient needed; chunks are
-// added in order. A chunk's pair indices are materialized (int32 where the rows allow):
-// chunk-bounded as the composite's (max(2^24 pairs, the gradients' bytes / 48)), which is
-// what keeps edge_dot_grad's sort, itself O(pairs), reusable as it is.
+// Backward: chunks of positives (as the composite's: max(2^24 pairs, the gradients' bytes /
+// 48)); per chunk and gradient needed, one kernel regenerates the chunk's pairs and their
+// weights grad_loss * score_grad (/ count for "mean", in the features' dtype as the composite
+// hands them on) straight into the sort input of edge_dot_grad's sorted backward
+// (grad_walk.cuh: key = the pair's row on the gradient's side, payload = its row on the other
+// side and its weight), which sorts it by row and walks the rows; chunks are added in order.
+// No pair index tensor exists: beyond the gradients, the memory is the sort's (24 bytes a pair
+// with 32-bit keys and fp32 weights), as in edge_dot's backward. Chunks of at most 2^16 pairs
+// go to edge_dot_grad (through the dispatcher) as index tensors instead, for its small-E path;
+// both routes give the same bits.
 #include <ATen/ATen.h>
 #include <ATen/OpMathType.h>
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -40,6 +43,7 @@
 
 #include "common.h"
 #include "edge_dot_loss_common.h"
+#include "grad_walk.cuh"
 #include "vec.cuh"
 
 namespace pyg_edgedot {
@@ -49,16 +53,9 @@ using namespace ::pyg_edgedot::cuda;
 using loss::Loss;
 using loss::Space;
 
-constexpr int kThreads = 256;
 constexpr int64_t kTermsPerThread = 4;                     // positives per thread, kernel 2
 constexpr int64_t kTile = kThreads * kTermsPerThread;      // positives per block, kernel 2
 constexpr int kScoreEdgesInFlight = 4;  // edge_dot's forward takes 2 at 4 blocks per SM; not tried here
-
-inline int64_t grid_for_warps(int64_t num_warps_needed) {
-  const int64_t warps_per_block = kThreads / kWarp;
-  const int64_t blocks = (num_warps_needed + warps_per_block - 1) / warps_per_block;
-  return std::max<int64_t>(1, std::min(blocks, num_sms() * 32));
-}
 
 // The seed: read on the device when it lives there (no host synchronization; CUDA graphs
 // replay the updated value), else given.
@@ -192,7 +189,7 @@ void launch_scores(const at::Tensor& x_src, const at::Tensor& x_dst, const at::T
   const int64_t num_pairs = score_grad.numel(), feat_dim = x_src.size(1);
   const int group = group_size_for(feat_dim, VEC);
   loss_score_kernel<scalar_t, index_t, VEC, kScoreEdgesInFlight>
-      <<<grid_for_warps((num_pairs + kWarp - 1) / kWarp), kThreads, 0, stream>>>(
+      <<<grid_for((num_pairs + kWarp - 1) / kWarp), kThreads, 0, stream>>>(
           x_src.const_data_ptr<scalar_t>(), x_src.stride(0), x_src.size(0),
           x_dst.const_data_ptr<scalar_t>(), x_dst.stride(0), x_dst.size(0),
           src_index.const_data_ptr<index_t>(), src_index.stride(0),
@@ -269,31 +266,82 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> edge_dot_loss_cuda(const loss::Ca
 // Backward
 // ---------------------------------------------------------------------------------------
 
-// Pairs [p0, p0 + n) and their weights; a positive out of range gives (-1, -1) pairs, which
-// edge_dot_grad skips.
-template <typename scalar_t, typename index_t, typename out_index_t>
-__global__ void __launch_bounds__(kThreads) loss_pairs_kernel(
-    const index_t* __restrict__ src_index, int64_t src_index_stride, int64_t num_src,
-    const index_t* __restrict__ dst_index, int64_t dst_index_stride, int64_t num_dst,
-    Space sp, const int64_t* __restrict__ seed_ptr, const scalar_t* __restrict__ score_grad,
-    const at::opmath_type<scalar_t>* __restrict__ grad_loss, double count, int64_t num_pairs, int64_t p0,
-    int64_t n, out_index_t* __restrict__ src_out, out_index_t* __restrict__ dst_out,
-    scalar_t* __restrict__ weight_out) {
+// Chunks of at most this many pairs go to edge_dot_grad as index tensors (under 2 MB), whose
+// small-E path (no sort, a few launches per side) takes them where the rows allow, with the
+// sorted path's bits. Larger chunks write their pairs straight
+// into the sort input of grad_walk.cuh, so no pair index tensor exists; both routes add a
+// row's pairs in increasing pair order from zero with the same piece length (a function of
+// the chunk's pair count), so the route never changes the gradient's bits.
+constexpr int64_t kMaterializedMaxPairs = int64_t{1} << 16;
+
+// What the backward's pair kernels read: the positives, the negatives' space, and the
+// weights' inputs.
+template <typename scalar_t, typename index_t>
+struct PairSource {
+  const index_t* __restrict__ src_index;  // [E]
+  int64_t src_index_stride, num_src;
+  const index_t* __restrict__ dst_index;  // [E]
+  int64_t dst_index_stride, num_dst;
+  Space sp;
+  const int64_t* __restrict__ seed_ptr;
+  const scalar_t* __restrict__ score_grad;                 // [E * (1 + K)]
+  const at::opmath_type<scalar_t>* __restrict__ grad_loss;  // [1]
+  double count;                                            // "mean": the count, else 0
+  int64_t num_pairs;
+};
+
+// put(i, s, d, weight) for pairs p0 + i, i in [0, n), grid-stride: (s, d) = (-1, -1) for a
+// positive out of range, and the weight grad_loss * score_grad (/ count for "mean") rounded
+// to the features' dtype, as the composite hands it to edge_dot_grad.
+template <typename scalar_t, typename index_t, typename Put>
+__device__ __forceinline__ void for_each_pair(PairSource<scalar_t, index_t> in, int64_t p0,
+                                              int64_t n, Put&& put) {
   using acc_t = at::opmath_type<scalar_t>;
-  sp.key = stream_key(sp, seed_ptr);
+  in.sp.key = stream_key(in.sp, in.seed_ptr);
   // as the composite: grad_loss in opmath, divided by the count in opmath for "mean"
-  acc_t scale = grad_loss[0];
-  if (count > 0) scale = scale / static_cast<acc_t>(count);
+  acc_t scale = in.grad_loss[0];
+  if (in.count > 0) scale = scale / static_cast<acc_t>(in.count);
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += stride) {
     int64_t s, d;
-    pair_of(sp, p0 + i, num_pairs, src_index, src_index_stride, dst_index, dst_index_stride,
-            num_src, num_dst, s, d);
+    pair_of(in.sp, p0 + i, in.num_pairs, in.src_index, in.src_index_stride, in.dst_index,
+            in.dst_index_stride, in.num_src, in.num_dst, s, d);
+    put(i, s, d, static_cast<scalar_t>(static_cast<acc_t>(in.score_grad[p0 + i]) * scale));
+  }
+}
+
+// The chunk's pairs as index tensors and weights, for edge_dot_grad (which skips the (-1, -1)
+// pairs).
+template <typename scalar_t, typename index_t, typename out_index_t>
+__global__ void __launch_bounds__(kThreads) loss_pairs_kernel(
+    const PairSource<scalar_t, index_t> in, int64_t p0, int64_t n,
+    out_index_t* __restrict__ src_out,  // [n]
+    out_index_t* __restrict__ dst_out,  // [n]
+    scalar_t* __restrict__ weight_out) {  // [n]
+  for_each_pair(in, p0, n, [&](int64_t i, int64_t s, int64_t d, scalar_t weight) {
     src_out[i] = static_cast<out_index_t>(s);
     dst_out[i] = static_cast<out_index_t>(d);
-    weight_out[i] = static_cast<scalar_t>(static_cast<acc_t>(score_grad[p0 + i]) * scale);
-  }
+    weight_out[i] = weight;
+  });
+}
+
+// The chunk's pairs as one gradient's sort input (grad_walk.cuh), pair i at position i: the
+// key is the pair's row on the scatter side (the source for the source gradient), the payload
+// its row on the other side and its weight, as edge_dot_grad's make_sort_input_kernel writes
+// them from the index tensors.
+template <typename scalar_t, typename index_t, typename key_t>
+__global__ void __launch_bounds__(kThreads) loss_sort_input_kernel(
+    const PairSource<scalar_t, index_t> in, int64_t p0, int64_t n, bool scatter_src,
+    int64_t num_rows, int64_t num_gather,
+    key_t* __restrict__ keys,                                                      // [n]
+    EdgePayload<at::opmath_type<scalar_t>, key_t, false>* __restrict__ payload) {  // [n]
+  for_each_pair(in, p0, n, [&](int64_t i, int64_t s, int64_t d, scalar_t weight) {
+    const int64_t row = scatter_src ? s : d, g = scatter_src ? d : s;
+    keys[i] = sort_key<key_t>(row, num_rows);
+    payload[i].grad = static_cast<at::opmath_type<scalar_t>>(weight);
+    payload[i].gather = static_cast<key_t>(g >= 0 && g < num_gather ? g : -1);
+  });
 }
 
 // edge_dot_grad's CUDA kernel, through the dispatcher (below autograd).
@@ -320,6 +368,61 @@ void accumulate(at::Tensor& total, const at::Tensor& part) {
   total.add_(part);
 }
 
+// A chunk's gradients through edge_dot_grad, added to grads (source, destination): its pairs
+// materialized (int32 where the rows allow), then one call per gradient needed.
+template <typename scalar_t, typename index_t>
+void chunk_grads_materialized(const PairSource<scalar_t, index_t>& source,
+                              const at::Tensor& x_src, const at::Tensor& x_dst, int64_t p0,
+                              int64_t n, bool needs_src, bool needs_dst, at::Tensor (&grads)[2],
+                              cudaStream_t stream) {
+  const int64_t int32_max = std::numeric_limits<int32_t>::max();
+  const bool small = x_src.size(0) < int32_max && x_dst.size(0) < int32_max;
+  const auto index_options = x_src.options().dtype(small ? at::kInt : at::kLong);
+  at::Tensor src_pairs = at::empty({n}, index_options);
+  at::Tensor dst_pairs = at::empty({n}, index_options);
+  at::Tensor weights = at::empty({n}, x_src.options());
+  auto launch = [&](auto out_tag) {
+    using out_index_t = decltype(out_tag);
+    loss_pairs_kernel<scalar_t, index_t, out_index_t>
+        <<<grid_for((n + kWarp - 1) / kWarp), kThreads, 0, stream>>>(
+            source, p0, n, src_pairs.mutable_data_ptr<out_index_t>(),
+            dst_pairs.mutable_data_ptr<out_index_t>(), weights.mutable_data_ptr<scalar_t>());
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  };
+  if (small) {
+    launch(int32_t{});
+  } else {
+    launch(int64_t{});
+  }
+  if (needs_src) {
+    accumulate(grads[0], edge_dot_grad_op(weights, x_dst, src_pairs, dst_pairs, x_src.size(0)));
+  }
+  if (needs_dst) {
+    accumulate(grads[1], edge_dot_grad_op(weights, x_src, dst_pairs, src_pairs, x_dst.size(0)));
+  }
+}
+
+// One gradient of a chunk, its pairs written straight into the sort input: the rows of
+// x_scatter receive sum weight * x_gather[other side's row].
+template <typename scalar_t, typename index_t, typename key_t>
+at::Tensor chunk_grad_sorted(const PairSource<scalar_t, index_t>& source, bool scatter_src,
+                             const at::Tensor& x_scatter, const at::Tensor& x_gather,
+                             int64_t p0, int64_t n, cudaStream_t stream) {
+  using Payload = EdgePayload<at::opmath_type<scalar_t>, key_t, false>;
+  at::Tensor out = at::empty({x_scatter.size(0), x_gather.size(1)}, x_gather.options());
+  const auto input = new_sort_input<key_t, Payload>(n, out);
+  loss_sort_input_kernel<scalar_t, index_t, key_t>
+      <<<grid_for((n + kWarp - 1) / kWarp), kThreads, 0, stream>>>(
+          source, p0, n, scatter_src, x_scatter.size(0), x_gather.size(0), input.keys,
+          input.payload);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  const GatherRows<scalar_t> in{x_gather.const_data_ptr<scalar_t>(), x_gather.stride(0),
+                                nullptr, 0};
+  sort_and_walk<scalar_t, false>(input, in, choose_width<scalar_t, false>(x_gather, x_gather, out),
+                                 out, stream);
+  return out;
+}
+
 std::tuple<at::Tensor, at::Tensor> edge_dot_loss_grad_cuda(const loss::Call& call,
                                                            bool needs_src, bool needs_dst) {
   const c10::cuda::OptionalCUDAGuard guard(call.x_src.device());
@@ -330,56 +433,51 @@ std::tuple<at::Tensor, at::Tensor> edge_dot_loss_grad_cuda(const loss::Call& cal
   const at::Tensor scale_in = call.grad_loss.to(at::toOpMathType(x_src.scalar_type()));
   at::Tensor grads[2];
   const int64_t num_pairs = num_edges * width;
-  if (num_pairs > 0 && (needs_src || needs_dst)) {
+  if (num_pairs > 0 && feat_dim > 0 && (needs_src || needs_dst)) {
     const int64_t* seed_ptr = nullptr;
     at::Tensor bucket;
     const Space sp = device_space(call, &seed_ptr, bucket);
     const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
     const double count = call.options.mean ? static_cast<double>(call.num_terms) : 0.0;
-    // Chunks as the composite's: max(2^24 pairs, the gradients' bytes / 48), whole positives.
+    // Chunks as the composite's: max(2^24 pairs, the gradients' bytes / 48), whole positives
+    // (the sort input takes 24 bytes a pair with 32-bit keys and fp32 weights, at most half
+    // the gradients' bytes above 2^24 pairs).
     const int64_t grad_bytes = (x_src.numel() + x_dst.numel()) * x_src.element_size();
     const int64_t chunk_pos = std::max<int64_t>(
         1, std::max<int64_t>(int64_t{1} << 24, grad_bytes / 48) / width);
-    const int64_t int32_max = std::numeric_limits<int32_t>::max();
-    const bool small = x_src.size(0) < int32_max && x_dst.size(0) < int32_max;
-    const auto index_options = src_index.options().dtype(small ? at::kInt : at::kLong);
-    for (int64_t start = 0; start < num_edges; start += chunk_pos) {
-      const int64_t n = (std::min(num_edges, start + chunk_pos) - start) * width;
-      at::Tensor src_pairs = at::empty({n}, index_options);
-      at::Tensor dst_pairs = at::empty({n}, index_options);
-      at::Tensor weights = at::empty({n}, x_src.options());
-      AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x_src.scalar_type(), "edge_dot_loss_grad_cuda", [&] {
-        AT_DISPATCH_INDEX_TYPES(src_index.scalar_type(), "edge_dot_loss_grad_cuda", [&] {
-          using acc_t = at::opmath_type<scalar_t>;
-          auto launch = [&](auto out_tag) {
-            using out_index_t = decltype(out_tag);
-            const int64_t blocks = std::max<int64_t>(
-                1, std::min<int64_t>((n + kThreads - 1) / kThreads, num_sms() * 32));
-            loss_pairs_kernel<scalar_t, index_t, out_index_t><<<blocks, kThreads, 0, stream>>>(
-                src_index.const_data_ptr<index_t>(), src_index.stride(0), x_src.size(0),
-                dst_index.const_data_ptr<index_t>(), dst_index.stride(0), x_dst.size(0), sp,
-                seed_ptr, score_grad.const_data_ptr<scalar_t>(),
-                scale_in.const_data_ptr<acc_t>(), count, num_pairs, start * width, n,
-                src_pairs.mutable_data_ptr<out_index_t>(),
-                dst_pairs.mutable_data_ptr<out_index_t>(), weights.mutable_data_ptr<scalar_t>());
-            C10_CUDA_KERNEL_LAUNCH_CHECK();
-          };
-          if (small) {
-            launch(int32_t{});
-          } else {
-            launch(int64_t{});
+    AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x_src.scalar_type(), "edge_dot_loss_grad_cuda", [&] {
+      AT_DISPATCH_INDEX_TYPES(src_index.scalar_type(), "edge_dot_loss_grad_cuda", [&] {
+        const PairSource<scalar_t, index_t> source{
+            src_index.const_data_ptr<index_t>(), src_index.stride(0), x_src.size(0),
+            dst_index.const_data_ptr<index_t>(), dst_index.stride(0), x_dst.size(0), sp,
+            seed_ptr, score_grad.const_data_ptr<scalar_t>(),
+            scale_in.const_data_ptr<at::opmath_type<scalar_t>>(), count, num_pairs};
+        for (int64_t start = 0; start < num_edges; start += chunk_pos) {
+          const int64_t p0 = start * width;
+          const int64_t n = std::min(num_edges, start + chunk_pos) * width - p0;
+          if (n <= kMaterializedMaxPairs) {
+            chunk_grads_materialized(source, x_src, x_dst, p0, n, needs_src, needs_dst, grads,
+                                     stream);
+            continue;
           }
-        });
+          for (const bool scatter_src : {true, false}) {  // one sort input at a time
+            if (!(scatter_src ? needs_src : needs_dst)) continue;
+            const at::Tensor& x_scatter = scatter_src ? x_src : x_dst;
+            const at::Tensor& x_gather = scatter_src ? x_dst : x_src;
+            auto run = [&](auto key_tag) {
+              accumulate(grads[scatter_src ? 0 : 1],
+                         chunk_grad_sorted<scalar_t, index_t, decltype(key_tag)>(
+                             source, scatter_src, x_scatter, x_gather, p0, n, stream));
+            };
+            if (keys_fit_int32(x_scatter.size(0), n, x_gather.size(0), 0)) {
+              run(int32_t{});
+            } else {
+              run(int64_t{});
+            }
+          }
+        }
       });
-      if (needs_src) {
-        accumulate(grads[0], edge_dot_grad_op(weights, x_dst, src_pairs, dst_pairs,
-                                              x_src.size(0)));
-      }
-      if (needs_dst) {
-        accumulate(grads[1], edge_dot_grad_op(weights, x_src, dst_pairs, src_pairs,
-                                              x_dst.size(0)));
-      }
-    }
+    });
   }
   auto finish = [&](at::Tensor& grad, bool needed, const at::Tensor& x) {
     if (!needed) return at::empty({0, feat_dim}, x.options());

@@ -1,8 +1,9 @@
 // Pieces shared by the CUDA kernels of pyg_edgedot: 16-byte vectors, the choice of vector
-// width and lanes per group for a row length, the current device's SM count, the ops'
-// first_bad output, the scoring loop of the forward kernels that give a group of lanes one
-// edge at a time (edge_dot_kernel.cu, edge_dot_loss_kernel.cu), and the bucket index over a
-// graph's excluded keys (edge_dot_loss_kernel.cu, negative_sampling_kernel.cu).
+// width and lanes per group for a row length, the current device's SM count, the block size
+// and grid rule of the edge_dot and edge_dot_loss kernels, the ops' first_bad output, the
+// scoring loop of the forward kernels that give a group of lanes one edge at a time
+// (edge_dot_kernel.cu, edge_dot_loss_kernel.cu), and the bucket index over a graph's excluded
+// keys (edge_dot_loss_kernel.cu, negative_sampling_kernel.cu).
 #pragma once
 
 #include <ATen/ATen.h>
@@ -189,6 +190,17 @@ inline int64_t num_sms() {
   C10_CUDA_CHECK(cudaGetDevice(&device));
   C10_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
   return count;
+}
+
+// Threads per block of the edge_dot and edge_dot_loss kernels, and the grid of a
+// grid-stride kernel that wants num_warps_needed warps: at least one block, at most 32 per SM.
+constexpr int kThreads = 256;
+
+inline int64_t grid_for(int64_t num_warps_needed) {
+  const int64_t warps_per_block = kThreads / kWarp;
+  const int64_t blocks = (num_warps_needed + warps_per_block - 1) / warps_per_block;
+  const int64_t max_blocks = num_sms() * 32;
+  return std::max<int64_t>(1, std::min(blocks, max_blocks));
 }
 
 inline bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
