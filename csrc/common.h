@@ -108,10 +108,12 @@ inline at::Tensor unit_column_stride(const at::Tensor& x) {
 // impl_edge_dot_ops and impl_candidate_ops, so both backends check alike.
 // ---------------------------------------------------------------------------------------
 
-// The forward of edge_dot and edge_dot_rel: rel and rel_index undefined for edge_dot.
+// The forward of edge_dot and edge_dot_rel: rel and rel_index undefined for edge_dot;
+// report_bad false: first_bad is an empty tensor and nothing is done to fill it.
 using ForwardKernel = std::tuple<at::Tensor, at::Tensor> (*)(
     const at::Tensor& x_src, const at::Tensor& x_dst, const at::Tensor& rel,
-    const at::Tensor& src_index, const at::Tensor& dst_index, const at::Tensor& rel_index);
+    const at::Tensor& src_index, const at::Tensor& dst_index, const at::Tensor& rel_index,
+    bool report_bad);
 
 // out[scatter[e]] += grad[e] * (x_other[other[e]] *) x_gather[gather[e]]: x_other and
 // other_index undefined for edge_dot_grad.
@@ -123,23 +125,24 @@ using GradKernel = at::Tensor (*)(const at::Tensor& grad_out, const at::Tensor& 
 template <ForwardKernel kernel>
 std::tuple<at::Tensor, at::Tensor> edge_dot_op(const at::Tensor& x_src, const at::Tensor& x_dst,
                                                const at::Tensor& src_index,
-                                               const at::Tensor& dst_index) {
+                                               const at::Tensor& dst_index, bool report_bad) {
   const char* op = "edge_dot";
   check_source_and_dest(op, x_src, x_dst, src_index);
   check_index_like(op, dst_index, "dst_index", 1, src_index, "src_index", x_src);
-  return kernel(x_src, x_dst, at::Tensor(), src_index, dst_index, at::Tensor());
+  return kernel(x_src, x_dst, at::Tensor(), src_index, dst_index, at::Tensor(), report_bad);
 }
 
 template <ForwardKernel kernel>
 std::tuple<at::Tensor, at::Tensor> edge_dot_rel_op(
     const at::Tensor& x_src, const at::Tensor& x_dst, const at::Tensor& rel,
-    const at::Tensor& src_index, const at::Tensor& dst_index, const at::Tensor& rel_index) {
+    const at::Tensor& src_index, const at::Tensor& dst_index, const at::Tensor& rel_index,
+    bool report_bad) {
   const char* op = "edge_dot_rel";
   check_source_and_dest(op, x_src, x_dst, src_index);
   check_rows_like(op, rel, "rel", x_src, "x_src");
   check_index_like(op, dst_index, "dst_index", 1, src_index, "src_index", x_src);
   check_index_like(op, rel_index, "rel_index", 1, src_index, "src_index", x_src);
-  return kernel(x_src, x_dst, rel, src_index, dst_index, rel_index);
+  return kernel(x_src, x_dst, rel, src_index, dst_index, rel_index, report_bad);
 }
 
 template <GradKernel kernel>

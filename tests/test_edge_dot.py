@@ -202,6 +202,28 @@ def test_opcheck_edge_dot(dtypes, num_edges, device, gen):
     ei = random_edge_index(gen, 9, 7, num_edges, index_dtype, device).t().contiguous().t()
     torch.library.opcheck(torch.ops.pyg_edgedot.edge_dot.default, (x_src, x_dst, ei[0], ei[1]))
     torch.library.opcheck(torch.ops.pyg_edgedot.edge_dot.default, (x_src, x_src, ei[0], ei[0]))
+    torch.library.opcheck(torch.ops.pyg_edgedot.edge_dot.default,
+                          (x_src, x_dst, ei[0], ei[1], False))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("num_edges", [0, 37, 3000])
+def test_op_without_report(num_edges, device, gen):
+    # report_bad=False (the wrapper's call once edge_index is validated, or with
+    # validate=False): the same scores, NaN where an index is out of range, and first_bad an
+    # empty tensor.
+    x_src = randn(gen, 9, 5, device=device)
+    x_dst = randn(gen, 7, 5, device=device)
+    ei = random_edge_index(gen, 9, 7, num_edges, torch.int64, device)
+    if num_edges:
+        ei[1, num_edges // 2], ei[0, num_edges - 1] = 7, -1
+    out, first_bad = torch.ops.pyg_edgedot.edge_dot(x_src, x_dst, ei[0], ei[1])
+    assert first_bad.tolist() == [num_edges // 2 if num_edges else -1]
+    unreported, none = torch.ops.pyg_edgedot.edge_dot(x_src, x_dst, ei[0], ei[1], False)
+    assert none.shape == (0,) and none.dtype == torch.int64 and none.device == out.device
+    assert torch.equal(unreported.isnan(), out.isnan())
+    assert int(out.isnan().sum()) == (2 if num_edges else 0)
+    torch.testing.assert_close(unreported, out, equal_nan=True, rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -319,3 +341,20 @@ def test_cuda_small_forward_path(gen):
         lambda: torch.ops.pyg_edgedot.edge_dot(x_src, x_dst, big_ei[0], big_ei[1]))
     assert not any("edge_dot_fwd_small_kernel" in name for name in chunked), chunked
     assert any("edge_dot_fwd_kernel" in name for name in chunked), chunked
+
+
+def test_cuda_forward_activities(gen):
+    # Through the wrapper: a call that reads first_bad back (an edge_index not yet validated)
+    # fills it (a memset, the kernel, the read); once edge_index is remembered, and with
+    # validate=False, the kernel is the whole forward.
+    x_src, x_dst, ei, _ = _small_and_chunked_problem(gen, 128, torch.float32)
+    edge_dot(x_src, x_dst, ei.clone())  # warm-up
+    checked = _cuda_forward_kernels_of(lambda: edge_dot(x_src, x_dst, ei))
+    if not checked:
+        pytest.skip("the profiler recorded no CUDA activity here")
+    assert any("Memset" in name for name in checked), checked
+    remembered = _cuda_forward_kernels_of(lambda: edge_dot(x_src, x_dst, ei))
+    unchecked = _cuda_forward_kernels_of(lambda: edge_dot(x_src, x_dst, ei.clone(),
+                                                          validate=False))
+    for names in (remembered, unchecked):
+        assert len(names) == 1 and "edge_dot_fwd_small_kernel" in names[0], names

@@ -103,7 +103,7 @@ __global__ void __launch_bounds__(kThreads, kForwardBlocksPerSm<REL>) edge_dot_f
     const index_t* __restrict__ dst_index, int64_t dst_index_stride,              // [E]
     const index_t* __restrict__ rel_index, int64_t rel_index_stride,              // [E]
     scalar_t* __restrict__ out,                                                   // [E]
-    unsigned long long* __restrict__ first_bad,  // [1]: smallest bad edge, or all ones
+    unsigned long long* __restrict__ first_bad,  // [1]: smallest bad edge, or all ones; or null
     int64_t num_edges, int64_t feat_dim, int group_size, int chunk_edges) {
   using acc_t = at::opmath_type<scalar_t>;
   const int64_t warp = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
@@ -134,7 +134,7 @@ __global__ void __launch_bounds__(kThreads, kForwardBlocksPerSm<REL>) edge_dot_f
     const int64_t my_edge = lane_edge(chunk);
     const bool my_valid = my_s >= 0 && my_s < num_src && my_d >= 0 && my_d < num_dst &&
                           my_t >= 0 && my_t < num_rel;
-    if (!my_valid && my_edge < num_edges) {
+    if (!my_valid && my_edge < num_edges && first_bad != nullptr) {
       atomicMin(first_bad, static_cast<unsigned long long>(my_edge));
     }
     const acc_t my_score = score_group_edges<scalar_t, VEC, EPG, REL>(
@@ -178,7 +178,7 @@ __global__ void __launch_bounds__(kThreads, kForwardBlocksPerSm<false>) edge_dot
     const index_t* __restrict__ src_index, int64_t src_index_stride,              // [E]
     const index_t* __restrict__ dst_index, int64_t dst_index_stride,              // [E]
     scalar_t* __restrict__ out,                                                   // [E]
-    unsigned long long* __restrict__ first_bad,  // [1]: smallest bad edge, or all ones
+    unsigned long long* __restrict__ first_bad,  // [1]: smallest bad edge, or all ones; or null
     int64_t num_edges, int64_t feat_dim, int lanes) {  // lanes = G / U, a power of two
   using acc_t = at::opmath_type<scalar_t>;
   constexpr int U = kSmallForwardSplit;
@@ -192,7 +192,9 @@ __global__ void __launch_bounds__(kThreads, kForwardBlocksPerSm<false>) edge_dot
   const int64_t s = static_cast<int64_t>(src_index[e * src_index_stride]);
   const int64_t d = static_cast<int64_t>(dst_index[e * dst_index_stride]);
   const bool valid = s >= 0 && s < num_src && d >= 0 && d < num_dst;
-  if (!valid && lane == 0) atomicMin(first_bad, static_cast<unsigned long long>(e));
+  if (!valid && lane == 0 && first_bad != nullptr) {
+    atomicMin(first_bad, static_cast<unsigned long long>(e));
+  }
   const scalar_t* src_row = x_src + (valid ? s : 0) * src_row_stride;
   const scalar_t* dst_row = x_dst + (valid ? d : 0) * dst_row_stride;
   Packed<scalar_t, VEC> a[U], b[U];
@@ -281,17 +283,24 @@ void launch_forward(const at::Tensor& x_src, const at::Tensor& x_dst, const at::
 // The forward of edge_dot and edge_dot_rel (rel, rel_index undefined for edge_dot).
 std::tuple<at::Tensor, at::Tensor> edge_dot_cuda(
     const at::Tensor& x_src_in, const at::Tensor& x_dst_in, const at::Tensor& rel_in,
-    const at::Tensor& src_index, const at::Tensor& dst_index, const at::Tensor& rel_index) {
+    const at::Tensor& src_index, const at::Tensor& dst_index, const at::Tensor& rel_index,
+    bool report_bad) {
   const c10::cuda::OptionalCUDAGuard guard(x_src_in.device());
   const at::Tensor x_src = unit_column_stride(x_src_in);
   const at::Tensor x_dst = unit_column_stride(x_dst_in);
   const bool has_rel = rel_in.defined();
   const at::Tensor rel = has_rel ? unit_column_stride(rel_in) : rel_in;
   at::Tensor out = at::empty({src_index.size(0)}, x_src.options());
-  // -1 (all ones as unsigned) until an edge with an index out of range lowers it.
-  at::Tensor first_bad = new_first_bad(x_src);
+  // Reported: -1 (all ones as unsigned) until an edge with an index out of range lowers it
+  // (a memset, then the kernel's atomicMin). Not reported (the caller will not read it, e.g.
+  // an edge_index already validated): an empty tensor and a null pointer, so the forward is
+  // the kernel alone; bad edges still score NaN.
+  at::Tensor first_bad = report_bad ? new_first_bad(x_src)
+                                    : at::empty({0}, x_src.options().dtype(at::kLong));
   if (out.numel() == 0) return {out, first_bad};
-  auto* first_bad_ptr = reinterpret_cast<unsigned long long*>(first_bad.mutable_data_ptr<int64_t>());
+  auto* first_bad_ptr =
+      report_bad ? reinterpret_cast<unsigned long long*>(first_bad.mutable_data_ptr<int64_t>())
+                 : nullptr;
 
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x_src.scalar_type(), "edge_dot_cuda", [&] {
     AT_DISPATCH_INDEX_TYPES(src_index.scalar_type(), "edge_dot_cuda", [&] {
