@@ -18,4 +18,9 @@ TORCH_LIBRARY(pyg_edgedot, m) {
   // The gradient of edge_dot for one side: (x_dst, src_index, dst_index) for x_src's.
   m.def("edge_dot_grad(Tensor grad_out, Tensor x_gather, Tensor scatter_index, "
         "Tensor gather_index, SymInt num_rows) -> Tensor");
+  // Both gradients of edge_dot in one call, the same bits as the two edge_dot_grad calls
+  // (x_dst, src_index, dst_index, N_src) and (x_src, dst_index, src_index, N_dst): one op, so
+  // that a backend can take both sides in the same launches.
+  m.def("edge_dot_pair_grad(Tensor grad_out, Tensor x_src, Tensor x_dst, Tensor src_index, "
+        "Tensor dst_index) -> (Tensor grad_src, Tensor grad_dst)");
 }

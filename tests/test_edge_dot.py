@@ -238,6 +238,39 @@ def test_opcheck_edge_dot_grad(dtypes, num_edges, device, gen):
                           (grad_out, x_gather, ei[0], ei[1], 9))
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("num_edges", [0, 37])
+@pytest.mark.parametrize("dtypes", OPCHECK_CASES, ids=OPCHECK_IDS)
+def test_opcheck_edge_dot_pair_grad(dtypes, num_edges, device, gen):
+    dtype, index_dtype = dtypes
+    grad_out = randn(gen, num_edges, dtype=dtype, device=device)
+    x_src = randn(gen, 9, 5, dtype=dtype, device=device)
+    x_dst = randn(gen, 7, 5, dtype=dtype, device=device)
+    ei = random_edge_index(gen, 9, 7, num_edges, index_dtype, device)
+    torch.library.opcheck(torch.ops.pyg_edgedot.edge_dot_pair_grad.default,
+                          (grad_out, x_src, x_dst, ei[0], ei[1]))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=dtype_id)
+@pytest.mark.parametrize("num_edges", [0, 300, 5000])
+def test_pair_grad_is_the_two_grads(num_edges, dtype, device, gen):
+    # edge_dot_pair_grad gives the bits of the two one-sided calls (on CUDA at small E, both
+    # sides in the same launches), indices out of range included.
+    grad_out = randn(gen, num_edges, dtype=dtype, device=device)
+    x_src = randn(gen, 40, 32, dtype=dtype, device=device)
+    x_dst = randn(gen, 30, 32, dtype=dtype, device=device)
+    ei = random_edge_index(gen, 40, 30, num_edges, torch.int64, device)
+    if num_edges:
+        ei[0, 7], ei[1, 11] = 40, -1
+    grad_src, grad_dst = torch.ops.pyg_edgedot.edge_dot_pair_grad(grad_out, x_src, x_dst,
+                                                                  ei[0], ei[1])
+    assert torch.equal(grad_src, torch.ops.pyg_edgedot.edge_dot_grad(grad_out, x_dst, ei[0],
+                                                                     ei[1], 40))
+    assert torch.equal(grad_dst, torch.ops.pyg_edgedot.edge_dot_grad(grad_out, x_src, ei[1],
+                                                                     ei[0], 30))
+
+
 def test_backends():
     backends = pyg_edgedot.backends()
     assert set(backends) == {"cpu", "cuda"}

@@ -115,15 +115,34 @@ def _fallback_grad(grad_out, x_gather, scatter_index, gather_index, num_rows):
     return _chunked.scatter(grad_out, x_gather, scatter_index, gather_index, num_rows)
 
 
+def _check_pair_grad_args(grad_out, x_src, x_dst, src_index, dst_index) -> None:
+    _checks.check_op_args("edge_dot_pair_grad", [("x_src", x_src), ("x_dst", x_dst)],
+                          [("src_index", src_index), ("dst_index", dst_index)], grad_out)
+
+
+def _by_sides(grad):
+    """``edge_dot_pair_grad`` from a one-sided gradient implementation ``grad``."""
+    def pair_grad(grad_out, x_src, x_dst, src_index, dst_index):
+        _check_pair_grad_args(grad_out, x_src, x_dst, src_index, dst_index)
+        return (grad(grad_out, x_dst, src_index, dst_index, x_src.shape[0]),
+                grad(grad_out, x_src, dst_index, src_index, x_dst.shape[0]))
+    return pair_grad
+
+
 def fallback_impls() -> dict:
-    return {"edge_dot": _fallback_forward, "edge_dot_grad": _fallback_grad}
+    return {"edge_dot": _fallback_forward, "edge_dot_grad": _fallback_grad,
+            "edge_dot_pair_grad": _by_sides(_fallback_grad)}
 
 
 def pair_grads(needs_input_grad, grad_out: Tensor, x_src: Tensor, x_dst: Tensor,
                src_index: Tensor, dst_index: Tensor):
     """The gradients of ``sum_e grad_out[e] * <x_src[src_index[e]], x_dst[dst_index[e]]>``
-    for x_src and x_dst (None where not needed): one ``edge_dot_grad`` per side. Shared by
-    every op whose scores are such pairs (``edge_dot``, ``score_candidates``)."""
+    for x_src and x_dst (None where not needed): one ``edge_dot_pair_grad`` for both, one
+    ``edge_dot_grad`` for one. Shared by every op whose scores are such pairs (``edge_dot``,
+    ``score_candidates``)."""
+    if needs_input_grad[0] and needs_input_grad[1]:
+        return torch.ops.pyg_edgedot.edge_dot_pair_grad(grad_out, x_src, x_dst, src_index,
+                                                        dst_index)
     grad_src = grad_dst = None
     if needs_input_grad[0]:
         grad_src = torch.ops.pyg_edgedot.edge_dot_grad(
@@ -146,7 +165,7 @@ def triton_impls() -> dict:
         return edge_dot_triton.edge_dot_grad(grad_out, x_gather, scatter_index, gather_index,
                                              num_rows)
 
-    return {"edge_dot": forward, "edge_dot_grad": grad}
+    return {"edge_dot": forward, "edge_dot_grad": grad, "edge_dot_pair_grad": _by_sides(grad)}
 
 
 def register_fake_and_autograd() -> None:
@@ -161,6 +180,11 @@ def register_fake_and_autograd() -> None:
     def _edge_dot_grad_fake(grad_out, x_gather, scatter_index, gather_index, num_rows):
         torch._check(x_gather.dim() == 2)
         return x_gather.new_empty((num_rows, x_gather.shape[1]))
+
+    @torch.library.register_fake("pyg_edgedot::edge_dot_pair_grad")
+    def _edge_dot_pair_grad_fake(grad_out, x_src, x_dst, src_index, dst_index):
+        torch._check(x_src.dim() == 2 and x_dst.dim() == 2)
+        return x_src.new_empty(x_src.shape), x_dst.new_empty(x_dst.shape)
 
     def setup_context(ctx, inputs, output):
         ctx.save_for_backward(*inputs[:4])
@@ -199,3 +223,27 @@ def register_fake_and_autograd() -> None:
 
     torch.library.register_autograd("pyg_edgedot::edge_dot_grad", grad_backward,
                                     setup_context=setup_grad_context)
+
+    def setup_pair_grad_context(ctx, inputs, output):
+        ctx.save_for_backward(*inputs)
+
+    def pair_grad_backward(ctx, grad_src_rows, grad_dst_rows):
+        # (grad_src, grad_dst) = edge_dot_pair_grad(g, x_src, x_dst, s, d) adds g_e * x_dst[d_e]
+        # to grad_src[s_e] and g_e * x_src[s_e] to grad_dst[d_e]: d/dg_e is two forward
+        # scores, <grad_src_rows[s_e], x_dst[d_e]> + <x_src[s_e], grad_dst_rows[d_e]>, and
+        # (d/dx_src, d/dx_dst) the pair op itself on (grad_src_rows, grad_dst_rows).
+        grad_out, x_src, x_dst, src_index, dst_index = ctx.saved_tensors
+        grad_grad_out = None
+        if ctx.needs_input_grad[0]:
+            score = (torch.ops.pyg_edgedot.edge_dot(grad_src_rows, x_dst, src_index, dst_index,
+                                                    False)[0]
+                     + torch.ops.pyg_edgedot.edge_dot(x_src, grad_dst_rows, src_index,
+                                                      dst_index, False)[0])
+            grad_grad_out = _chunked.zero_out_of_range(
+                score, (src_index, x_src.shape[0]), (dst_index, x_dst.shape[0]))
+        grad_x_src, grad_x_dst = pair_grads(ctx.needs_input_grad[1:3], grad_out, grad_src_rows,
+                                            grad_dst_rows, src_index, dst_index)
+        return grad_grad_out, grad_x_src, grad_x_dst, None, None
+
+    torch.library.register_autograd("pyg_edgedot::edge_dot_pair_grad", pair_grad_backward,
+                                    setup_context=setup_pair_grad_context)
