@@ -60,12 +60,13 @@ inline void check_index_like(const char* op, const at::Tensor& index, const char
       name, " must have the dtype and length of ", first_name);
 }
 
-// grad_out: [E], one entry per scatter index, read as x's dtype on x's device.
-inline void check_grad_out(const char* op, const at::Tensor& grad_out,
-                           const at::Tensor& scatter_index, const at::Tensor& x,
-                           const char* x_name) {
-  PYG_EDGEDOT_CHECK(grad_out.dim() == 1 && grad_out.size(0) == scatter_index.size(0), op,
-                    ": grad_out must be 1-D with the length of scatter_index");
+// grad_out: [E], one entry per index (scatter_index, or src_index for the pair of
+// gradients), read as x's dtype on x's device.
+inline void check_grad_out(const char* op, const at::Tensor& grad_out, const at::Tensor& index,
+                           const at::Tensor& x, const char* x_name,
+                           const char* index_name = "scatter_index") {
+  PYG_EDGEDOT_CHECK(grad_out.dim() == 1 && grad_out.size(0) == index.size(0), op,
+                    ": grad_out must be 1-D with the length of ", index_name);
   PYG_EDGEDOT_CHECK(
       grad_out.scalar_type() == x.scalar_type() && grad_out.device() == x.device(), op,
       ": grad_out must have the dtype and device of ", x_name);
@@ -108,10 +109,12 @@ inline at::Tensor unit_column_stride(const at::Tensor& x) {
 // impl_edge_dot_ops and impl_candidate_ops, so both backends check alike.
 // ---------------------------------------------------------------------------------------
 
-// The forward of edge_dot and edge_dot_rel: rel and rel_index undefined for edge_dot.
+// The forward of edge_dot and edge_dot_rel: rel and rel_index undefined for edge_dot;
+// report_bad false: first_bad is an empty tensor and nothing is done to fill it.
 using ForwardKernel = std::tuple<at::Tensor, at::Tensor> (*)(
     const at::Tensor& x_src, const at::Tensor& x_dst, const at::Tensor& rel,
-    const at::Tensor& src_index, const at::Tensor& dst_index, const at::Tensor& rel_index);
+    const at::Tensor& src_index, const at::Tensor& dst_index, const at::Tensor& rel_index,
+    bool report_bad);
 
 // out[scatter[e]] += grad[e] * (x_other[other[e]] *) x_gather[gather[e]]: x_other and
 // other_index undefined for edge_dot_grad.
@@ -123,23 +126,24 @@ using GradKernel = at::Tensor (*)(const at::Tensor& grad_out, const at::Tensor& 
 template <ForwardKernel kernel>
 std::tuple<at::Tensor, at::Tensor> edge_dot_op(const at::Tensor& x_src, const at::Tensor& x_dst,
                                                const at::Tensor& src_index,
-                                               const at::Tensor& dst_index) {
+                                               const at::Tensor& dst_index, bool report_bad) {
   const char* op = "edge_dot";
   check_source_and_dest(op, x_src, x_dst, src_index);
   check_index_like(op, dst_index, "dst_index", 1, src_index, "src_index", x_src);
-  return kernel(x_src, x_dst, at::Tensor(), src_index, dst_index, at::Tensor());
+  return kernel(x_src, x_dst, at::Tensor(), src_index, dst_index, at::Tensor(), report_bad);
 }
 
 template <ForwardKernel kernel>
 std::tuple<at::Tensor, at::Tensor> edge_dot_rel_op(
     const at::Tensor& x_src, const at::Tensor& x_dst, const at::Tensor& rel,
-    const at::Tensor& src_index, const at::Tensor& dst_index, const at::Tensor& rel_index) {
+    const at::Tensor& src_index, const at::Tensor& dst_index, const at::Tensor& rel_index,
+    bool report_bad) {
   const char* op = "edge_dot_rel";
   check_source_and_dest(op, x_src, x_dst, src_index);
   check_rows_like(op, rel, "rel", x_src, "x_src");
   check_index_like(op, dst_index, "dst_index", 1, src_index, "src_index", x_src);
   check_index_like(op, rel_index, "rel_index", 1, src_index, "src_index", x_src);
-  return kernel(x_src, x_dst, rel, src_index, dst_index, rel_index);
+  return kernel(x_src, x_dst, rel, src_index, dst_index, rel_index, report_bad);
 }
 
 template <GradKernel kernel>
@@ -172,10 +176,38 @@ at::Tensor edge_dot_rel_grad_op(const at::Tensor& grad_out, const at::Tensor& x_
   return kernel(grad_out, x_b, scatter_index, b_index, x_a, a_index, num_rows);
 }
 
-template <ForwardKernel forward, GradKernel grad>
+// Both gradients of edge_dot: (x_src's, x_dst's).
+using PairGradKernel = std::tuple<at::Tensor, at::Tensor> (*)(
+    const at::Tensor& grad_out, const at::Tensor& x_src, const at::Tensor& x_dst,
+    const at::Tensor& src_index, const at::Tensor& dst_index);
+
+template <PairGradKernel kernel>
+std::tuple<at::Tensor, at::Tensor> edge_dot_pair_grad_op(
+    const at::Tensor& grad_out, const at::Tensor& x_src, const at::Tensor& x_dst,
+    const at::Tensor& src_index, const at::Tensor& dst_index) {
+  const char* op = "edge_dot_pair_grad";
+  check_source_and_dest(op, x_src, x_dst, src_index);
+  check_index_like(op, dst_index, "dst_index", 1, src_index, "src_index", x_src);
+  check_grad_out(op, grad_out, src_index, x_src, "x_src", "src_index");
+  return kernel(grad_out, x_src, x_dst, src_index, dst_index);
+}
+
+// The pair as two calls of the one-sided gradient: a backend with no kernel for both sides.
+template <GradKernel grad>
+std::tuple<at::Tensor, at::Tensor> pair_grad_by_sides(
+    const at::Tensor& grad_out, const at::Tensor& x_src, const at::Tensor& x_dst,
+    const at::Tensor& src_index, const at::Tensor& dst_index) {
+  const at::Tensor none;
+  return {grad(grad_out, x_dst, src_index, dst_index, none, none, x_src.size(0)),
+          grad(grad_out, x_src, dst_index, src_index, none, none, x_dst.size(0))};
+}
+
+template <ForwardKernel forward, GradKernel grad,
+          PairGradKernel pair_grad = &pair_grad_by_sides<grad>>
 void impl_edge_dot_ops(torch::Library& m) {
   m.impl("edge_dot", &edge_dot_op<forward>);
   m.impl("edge_dot_grad", &edge_dot_grad_op<grad>);
+  m.impl("edge_dot_pair_grad", &edge_dot_pair_grad_op<pair_grad>);
   m.impl("edge_dot_rel", &edge_dot_rel_op<forward>);
   m.impl("edge_dot_rel_grad", &edge_dot_rel_grad_op<grad>);
 }

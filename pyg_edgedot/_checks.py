@@ -288,21 +288,33 @@ class _Validated:
 VALIDATED = _Validated()
 
 
+def reads_first_bad(validate: bool, device: torch.device,
+                    keys: Sequence[Tuple[Tensor, Tuple[int, ...]]]) -> bool:
+    """Whether :func:`raise_if_out_of_range` will read ``first_bad`` for a call on ``device``
+    with these ``keys``: not without ``validate``, inside a compiled graph, on meta tensors,
+    nor on CUDA while a CUDA graph is captured or once every key is remembered. Decided
+    before the op runs, so that an op told it will not be read (``report_bad=False``) does no
+    work for it."""
+    if not validate or torch.compiler.is_compiling() or device.type == "meta":
+        return False
+    if device.type == "cuda":
+        return not (torch.cuda.is_current_stream_capturing() or VALIDATED.covers(keys))
+    return True
+
+
 def raise_if_out_of_range(op: str, validate: bool, first_bad: Tensor,
                           keys: Sequence[Tuple[Tensor, Tuple[int, ...]]],
                           bounds: Callable[[], List[Bound]], unit: str) -> None:
     """Raises ``IndexError`` if ``first_bad`` (a kernel's ``[1]`` report) holds a position.
 
     ``keys``: the user's index tensors with the row counts they index, remembered once found
-    in range. ``bounds``: builds the message's arguments, called only to raise. Never reads
-    inside a compiled graph, on meta tensors or while a CUDA graph is captured; on CUDA,
-    skips the read (a synchronization) when every key is remembered.
+    in range. ``bounds``: builds the message's arguments, called only to raise. Reads
+    ``first_bad`` (on CUDA a synchronization) only where :func:`reads_first_bad` says so; an op
+    called with ``report_bad=reads_first_bad(...)`` passes that as ``validate``.
     """
-    if not validate or torch.compiler.is_compiling() or first_bad.device.type == "meta":
+    if not reads_first_bad(validate, first_bad.device, keys):
         return
     on_cuda = first_bad.is_cuda
-    if on_cuda and (torch.cuda.is_current_stream_capturing() or VALIDATED.covers(keys)):
-        return
     position = int(first_bad.item())
     if position < 0:
         if on_cuda:
@@ -311,13 +323,19 @@ def raise_if_out_of_range(op: str, validate: bool, first_bad: Tensor,
     raise IndexError(out_of_range_message(op, position, bounds(), unit))
 
 
+def edge_keys(edge_index: Tensor, x_src: Tensor, x_dst: Tensor) -> list:
+    """The ``keys`` of :func:`raise_if_out_of_range` for a ``[2, E]`` ``edge_index`` whose rows
+    index ``x_src`` and ``x_dst``."""
+    return [(edge_index, (x_src.size(0), x_dst.size(0)))]
+
+
 def raise_if_edge_out_of_range(op: str, validate: bool, first_bad: Tensor, edge_index: Tensor,
                                x_src: Tensor, x_dst: Tensor, name: str = "edge_index") -> None:
     """:func:`raise_if_out_of_range` for a ``[2, E]`` ``edge_index`` (the argument ``name``)
     whose rows index ``x_src`` and ``x_dst`` (``first_bad`` an edge)."""
     num_src, num_dst = x_src.size(0), x_dst.size(0)
     raise_if_out_of_range(
-        op, validate, first_bad, [(edge_index, (num_src, num_dst))],
+        op, validate, first_bad, edge_keys(edge_index, x_src, x_dst),
         lambda: [Bound(f"{name}[0]", edge_index[0], "x_src", num_src),
                  Bound(f"{name}[1]", edge_index[1], "x_dst", num_dst)], "edge")
 

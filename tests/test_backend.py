@@ -156,6 +156,19 @@ def test_inference_tensors_are_never_remembered():
     assert not memory.covers([(index, (2,))])
 
 
+def test_reads_first_bad_is_decided_before_the_call():
+    # The wrappers ask before calling an op (its report_bad) and raise_if_out_of_range acts on
+    # the same answer. On the CPU the read is free: every validated call reads.
+    index = torch.tensor([[0, 1], [2, 3]])
+    key = [(index, (4, 5))]
+    assert _checks.reads_first_bad(True, torch.device("cpu"), key)
+    assert not _checks.reads_first_bad(False, torch.device("cpu"), key)
+    assert not _checks.reads_first_bad(True, torch.device("meta"), key)
+    # Not reading, raise_if_out_of_range does not look at first_bad (here empty).
+    _checks.raise_if_edge_out_of_range("edge_dot", False, torch.empty(0, dtype=torch.int64),
+                                       index, torch.empty(4, 1), torch.empty(5, 1))
+
+
 def test_validation_on_meta_tensors_is_skipped():
     x = torch.empty(5, 4, device="meta")
     ei = torch.empty(2, 7, dtype=torch.int64, device="meta")
@@ -208,6 +221,16 @@ def test_cuda_no_host_sync_in_the_backward(num_edges, gen):
         pyg_edgedot.edge_dot(x_src, x_dst, ei).sum().backward()
     finally:
         torch.cuda.set_sync_debug_mode(previous)
+
+
+@needs_cuda_kernel
+def test_cuda_reads_first_bad_until_remembered(gen):
+    index = random_edge_index(gen, 4, 5, 10, torch.int64, "cuda")
+    key = [(index, (4, 5))]
+    assert _checks.reads_first_bad(True, index.device, key)
+    _checks.VALIDATED.add(key)
+    assert not _checks.reads_first_bad(True, index.device, key)
+    assert _checks.reads_first_bad(True, index.device, [(index, (3, 5))])
 
 
 def test_sampler_output_is_remembered_as_valid(gen):

@@ -80,9 +80,10 @@ def test_forward_and_backward_graphs(same, device, gen, fresh_dynamo):
     result = _run(compiled, x_src, x_dst, ei, grad_out)
     assert len(recorder.forward_graphs) == 1 and len(recorder.backward_graphs) == 1
     assert "pyg_edgedot.edge_dot.default" in recorder.forward_graphs[0]
-    # One scatter per side (summed when both sides are the same tensor).
+    # Both sides' scatters in one op (summed when both sides are the same tensor).
     backward = recorder.backward_graphs[0]
-    assert backward.count("pyg_edgedot.edge_dot_grad.default") == 2, backward
+    assert backward.count("pyg_edgedot.edge_dot_pair_grad.default") == 1, backward
+    assert "pyg_edgedot.edge_dot_grad.default" not in backward, backward
     eager = _run(fn, x_src, x_dst, ei, grad_out)
     for got, expected in zip(result[:2] if same else result, eager):
         assert_close(got, expected.double().cpu(), torch.float32)

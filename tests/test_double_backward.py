@@ -47,6 +47,22 @@ def test_gradgradcheck_edge_dot(index_dtype, device, gen):
     assert autograd.gradgradcheck(lambda a: edge_dot(a, a, loops), (x1,))
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_gradgradcheck_edge_dot_pair_grad(device, gen):
+    # The pair op's own autograd (edge_dot's backward when both gradients are needed), on
+    # every input: grad_out, x_src and x_dst, with an index out of range and a duplicate edge.
+    grad_out, x_src, x_dst = _leaves(gen, device, (31,), (7, 5), (6, 5))
+    ei = random_edge_index(gen, 7, 6, 31, torch.int64, device)
+    ei[:, 3] = ei[:, 0]
+    ei[1, 8] = 6
+
+    def pair(g, a, b):
+        return torch.ops.pyg_edgedot.edge_dot_pair_grad(g, a, b, ei[0], ei[1])
+
+    assert autograd.gradcheck(pair, (grad_out, x_src, x_dst))
+    assert autograd.gradgradcheck(pair, (grad_out, x_src, x_dst))
+
+
 # Where a group runs the pure-PyTorch fallback on CUDA (the relation and candidate ops on the
 # Triton path), its scatter is index_add_, bitwise repeatable only under
 # torch.use_deterministic_algorithms(True); gradgradcheck's reentrancy check needs that.
@@ -205,6 +221,8 @@ def test_opcheck_grad_ops_with_autograd(index_dtype, device, gen):
     edge_type = randint(gen, 9, 33, index_dtype, device)
     torch.library.opcheck(torch.ops.pyg_edgedot.edge_dot_grad.default,
                           (grad_out, x_b, ei[0], ei[1], 9))
+    torch.library.opcheck(torch.ops.pyg_edgedot.edge_dot_pair_grad.default,
+                          (grad_out, x_a, x_b, ei[0], ei[1]))
     torch.library.opcheck(torch.ops.pyg_edgedot.edge_dot_rel_grad.default,
                           (grad_out, x_a, x_b, ei[0], edge_type, ei[1], 9))
 

@@ -202,6 +202,28 @@ def test_opcheck_edge_dot(dtypes, num_edges, device, gen):
     ei = random_edge_index(gen, 9, 7, num_edges, index_dtype, device).t().contiguous().t()
     torch.library.opcheck(torch.ops.pyg_edgedot.edge_dot.default, (x_src, x_dst, ei[0], ei[1]))
     torch.library.opcheck(torch.ops.pyg_edgedot.edge_dot.default, (x_src, x_src, ei[0], ei[0]))
+    torch.library.opcheck(torch.ops.pyg_edgedot.edge_dot.default,
+                          (x_src, x_dst, ei[0], ei[1], False))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("num_edges", [0, 37, 3000])
+def test_op_without_report(num_edges, device, gen):
+    # report_bad=False (the wrapper's call once edge_index is validated, or with
+    # validate=False): the same scores, NaN where an index is out of range, and first_bad an
+    # empty tensor.
+    x_src = randn(gen, 9, 5, device=device)
+    x_dst = randn(gen, 7, 5, device=device)
+    ei = random_edge_index(gen, 9, 7, num_edges, torch.int64, device)
+    if num_edges:
+        ei[1, num_edges // 2], ei[0, num_edges - 1] = 7, -1
+    out, first_bad = torch.ops.pyg_edgedot.edge_dot(x_src, x_dst, ei[0], ei[1])
+    assert first_bad.tolist() == [num_edges // 2 if num_edges else -1]
+    unreported, none = torch.ops.pyg_edgedot.edge_dot(x_src, x_dst, ei[0], ei[1], False)
+    assert none.shape == (0,) and none.dtype == torch.int64 and none.device == out.device
+    assert torch.equal(unreported.isnan(), out.isnan())
+    assert int(out.isnan().sum()) == (2 if num_edges else 0)
+    torch.testing.assert_close(unreported, out, equal_nan=True, rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -214,6 +236,39 @@ def test_opcheck_edge_dot_grad(dtypes, num_edges, device, gen):
     ei = random_edge_index(gen, 9, 7, num_edges, index_dtype, device)
     torch.library.opcheck(torch.ops.pyg_edgedot.edge_dot_grad.default,
                           (grad_out, x_gather, ei[0], ei[1], 9))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("num_edges", [0, 37])
+@pytest.mark.parametrize("dtypes", OPCHECK_CASES, ids=OPCHECK_IDS)
+def test_opcheck_edge_dot_pair_grad(dtypes, num_edges, device, gen):
+    dtype, index_dtype = dtypes
+    grad_out = randn(gen, num_edges, dtype=dtype, device=device)
+    x_src = randn(gen, 9, 5, dtype=dtype, device=device)
+    x_dst = randn(gen, 7, 5, dtype=dtype, device=device)
+    ei = random_edge_index(gen, 9, 7, num_edges, index_dtype, device)
+    torch.library.opcheck(torch.ops.pyg_edgedot.edge_dot_pair_grad.default,
+                          (grad_out, x_src, x_dst, ei[0], ei[1]))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=dtype_id)
+@pytest.mark.parametrize("num_edges", [0, 300, 5000])
+def test_pair_grad_is_the_two_grads(num_edges, dtype, device, gen):
+    # edge_dot_pair_grad gives the bits of the two one-sided calls (on CUDA at small E, both
+    # sides in the same launches), indices out of range included.
+    grad_out = randn(gen, num_edges, dtype=dtype, device=device)
+    x_src = randn(gen, 40, 32, dtype=dtype, device=device)
+    x_dst = randn(gen, 30, 32, dtype=dtype, device=device)
+    ei = random_edge_index(gen, 40, 30, num_edges, torch.int64, device)
+    if num_edges:
+        ei[0, 7], ei[1, 11] = 40, -1
+    grad_src, grad_dst = torch.ops.pyg_edgedot.edge_dot_pair_grad(grad_out, x_src, x_dst,
+                                                                  ei[0], ei[1])
+    assert torch.equal(grad_src, torch.ops.pyg_edgedot.edge_dot_grad(grad_out, x_dst, ei[0],
+                                                                     ei[1], 40))
+    assert torch.equal(grad_dst, torch.ops.pyg_edgedot.edge_dot_grad(grad_out, x_src, ei[1],
+                                                                     ei[0], 30))
 
 
 def test_backends():
@@ -319,3 +374,20 @@ def test_cuda_small_forward_path(gen):
         lambda: torch.ops.pyg_edgedot.edge_dot(x_src, x_dst, big_ei[0], big_ei[1]))
     assert not any("edge_dot_fwd_small_kernel" in name for name in chunked), chunked
     assert any("edge_dot_fwd_kernel" in name for name in chunked), chunked
+
+
+def test_cuda_forward_activities(gen):
+    # Through the wrapper: a call that reads first_bad back (an edge_index not yet validated)
+    # fills it (a memset, the kernel, the read); once edge_index is remembered, and with
+    # validate=False, the kernel is the whole forward.
+    x_src, x_dst, ei, _ = _small_and_chunked_problem(gen, 128, torch.float32)
+    edge_dot(x_src, x_dst, ei.clone())  # warm-up
+    checked = _cuda_forward_kernels_of(lambda: edge_dot(x_src, x_dst, ei))
+    if not checked:
+        pytest.skip("the profiler recorded no CUDA activity here")
+    assert any("Memset" in name for name in checked), checked
+    remembered = _cuda_forward_kernels_of(lambda: edge_dot(x_src, x_dst, ei))
+    unchecked = _cuda_forward_kernels_of(lambda: edge_dot(x_src, x_dst, ei.clone(),
+                                                          validate=False))
+    for names in (remembered, unchecked):
+        assert len(names) == 1 and "edge_dot_fwd_small_kernel" in names[0], names

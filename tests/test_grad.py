@@ -138,8 +138,19 @@ class _OpLog(TorchDispatchMode):
         self.calls.append((str(func), args))
         return func(*args, **(kwargs or {}))
 
-    def grad_calls(self):
-        return [args for name, args in self.calls if name.startswith("pyg_edgedot.edge_dot_grad")]
+    def gradient_rows(self):
+        """The row count of each gradient computed: edge_dot_grad's num_rows (argument 4), or
+        both of edge_dot_pair_grad's (x_src's rows, x_dst's)."""
+        rows = []
+        for name, args in self.calls:
+            if name.startswith("pyg_edgedot.edge_dot_grad"):
+                rows.append(int(args[4]))
+            elif name.startswith("pyg_edgedot.edge_dot_pair_grad"):
+                rows += [args[1].shape[0], args[2].shape[0]]
+        return rows
+
+    def count(self, op):
+        return sum(name.startswith(f"pyg_edgedot.{op}.") for name, _ in self.calls)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -156,11 +167,12 @@ def test_gradients_only_where_needed(needs, device, gen):
     grad_out = randn(gen, 60, device=device)
     with _OpLog() as log:
         out.backward(grad_out)
-    calls = log.grad_calls()
-    # num_rows (argument 4) says which gradient each call computed.
-    rows = sorted(int(args[4]) for args in calls)
+    rows = sorted(log.gradient_rows())
     expected = {"both": [num_dst, num_src], "src": [num_src], "dst": [num_dst]}[needs]
-    assert rows == sorted(expected), f"edge_dot_grad computed gradients with rows {rows}"
+    assert rows == sorted(expected), f"the gradient ops computed gradients with rows {rows}"
+    # Both gradients in one call (edge_dot_pair_grad), one in edge_dot_grad.
+    assert log.count("edge_dot_pair_grad") == (needs == "both")
+    assert log.count("edge_dot_grad") == (needs != "both")
     ref_src, ref_dst = ref_grads(x_src, x_dst, ei, grad_out)
     if needs in ("both", "src"):
         assert_close(x_src.grad, ref_src, torch.float32, "grad x_src")
@@ -373,3 +385,75 @@ def test_cuda_small_backward_path_and_launches(gen):
     sorted_path = _cuda_kernels_of(lambda: _grad_op(False, padded_grad, x_gather, x_other,
                                                     padded_index, num_rows))
     assert not any("edge_dot_grad_small" in name for name in sorted_path), sorted_path
+
+
+# ---- both gradients of a small edge_dot in the same launches ----------------------------------
+
+def _small_pair_problem(gen, graph, dtype, index_dtype, feat_dim):
+    """_small_grad_problem's edges as edge_dot's (src = its scatter index, dst = its gather
+    index): grad_out, x_src, x_dst, src_index, dst_index."""
+    grad_out, x_dst, _, (src, dst), num_src = _small_grad_problem(gen, graph, dtype,
+                                                                  index_dtype, feat_dim, False)
+    x_src = randn(gen, num_src, feat_dim, dtype=dtype, device="cuda")
+    return grad_out, x_src, x_dst, src, dst
+
+
+@pytest.mark.parametrize("index_dtype", INDEX_DTYPES, ids=dtype_id)
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=dtype_id)
+@pytest.mark.parametrize("feat_dim", [7, 32])
+@pytest.mark.parametrize("graph", ["random", "hub", "one_row"])
+def test_cuda_small_pair_grad_matches_sorted_bitwise(graph, feat_dim, dtype, index_dtype, gen):
+    # edge_dot_pair_grad plans and sums both sides in the same launches: each side must give
+    # the sorted path's bits (each side's reference padded past 2**16 edges on its own rows).
+    _needs_cuda_kernels("edge_dot")
+    grad_out, x_src, x_dst, src, dst = _small_pair_problem(gen, graph, dtype, index_dtype,
+                                                           feat_dim)
+    pair = torch.ops.pyg_edgedot.edge_dot_pair_grad(grad_out, x_src, x_dst, src, dst)
+    for _ in range(2):
+        again = torch.ops.pyg_edgedot.edge_dot_pair_grad(grad_out, x_src, x_dst, src, dst)
+        assert all(torch.equal(a, b) for a, b in zip(again, pair))
+    sides = ((x_dst, src, dst, x_src.shape[0]), (x_src, dst, src, x_dst.shape[0]))
+    for got, (x_gather, scatter, gather, num_rows) in zip(pair, sides):
+        assert got.shape == (num_rows, feat_dim) and got.dtype == dtype
+        assert_close(got, _ref_small_grad(False, grad_out, x_gather, None, [scatter, gather],
+                                          num_rows), dtype, "small-E pair gradient")
+        padded_grad, padded_index = _padded_past_small(grad_out, [scatter, gather], num_rows)
+        sorted_path = _grad_op(False, padded_grad, x_gather, None, padded_index, num_rows)
+        mismatch = (got != sorted_path).any(dim=1).nonzero().flatten().tolist()
+        assert not mismatch, f"rows {mismatch[:10]} differ from the sorted path's bits"
+
+
+def test_cuda_small_pair_grad_launches(gen):
+    # Both sides in two launches: one plan and one summing kernel.
+    _needs_cuda_kernels("edge_dot")
+    grad_out, x_src, x_dst, src, dst = _small_pair_problem(gen, "hub", torch.float32,
+                                                           torch.int64, 32)
+    torch.ops.pyg_edgedot.edge_dot_pair_grad(grad_out, x_src, x_dst, src, dst)  # warm-up
+    names = _cuda_kernels_of(
+        lambda: torch.ops.pyg_edgedot.edge_dot_pair_grad(grad_out, x_src, x_dst, src, dst))
+    if not names:
+        pytest.skip("the profiler recorded no CUDA activity here")
+    assert len(names) == 2 and all("edge_dot_grad_small" in name for name in names), names
+
+
+def test_cuda_w1_forward_backward_activities(gen):
+    # edge_dot at W1's shape (1,024 x 768 nodes, E = 16,384, D = 128) with its edge_index
+    # validated: the forward kernel alone, then one plan and one sum launch for both gradients.
+    _needs_cuda_kernels("edge_dot")
+    x_src = randn(gen, 1024, 128, device="cuda").requires_grad_(True)
+    x_dst = randn(gen, 768, 128, device="cuda").requires_grad_(True)
+    ei = random_edge_index(gen, 1024, 768, 16384, torch.int64, "cuda")
+    grad_out = randn(gen, 16384, device="cuda")
+
+    def step():
+        return torch.autograd.grad(edge_dot(x_src, x_dst, ei), (x_src, x_dst),
+                                   grad_out)
+
+    first = step()  # validates ei
+    names = _cuda_kernels_of(step)
+    if not names:
+        pytest.skip("the profiler recorded no CUDA activity here")
+    assert len(names) == 3, names
+    assert sum("edge_dot_fwd_small_kernel" in n for n in names) == 1, names
+    assert sum("edge_dot_grad_small" in n for n in names) == 2, names
+    assert all(torch.equal(a, b) for a, b in zip(step(), first))

@@ -94,6 +94,8 @@ def test_rel_opcheck(device, gen):
     t = randint(gen, 4, 33, torch.int64, device)
     torch.library.opcheck(torch.ops.pyg_edgedot.edge_dot_rel.default,
                           (x_src, x_dst, rel, ei[0], ei[1], t))
+    torch.library.opcheck(torch.ops.pyg_edgedot.edge_dot_rel.default,
+                          (x_src, x_dst, rel, ei[0], ei[1], t, False))
     grad = randn(gen, 33, device=device)
     torch.library.opcheck(torch.ops.pyg_edgedot.edge_dot_rel_grad.default,
                           (grad, rel.detach(), x_dst.detach(), ei[0], t, ei[1], 9))
@@ -134,6 +136,12 @@ def test_rel_matches_fallback(device, gen):
     assert int(bad) == int(bad_ref) == 5
     assert torch.isnan(out[5]) and torch.isnan(out_ref[5])
     torch.testing.assert_close(out, out_ref, equal_nan=True)
+    # Not reported: the same scores, first_bad empty.
+    for op in (torch.ops.pyg_edgedot.edge_dot_rel, fallback["edge_dot_rel"]):
+        unreported, none = op(x_src, x_dst, rel, ei[0], ei[1], t, False)
+        assert none.shape == (0,) and none.dtype == torch.int64
+        assert torch.equal(unreported.isnan(), out.isnan())
+        torch.testing.assert_close(unreported, out, equal_nan=True)
     grad = randn(gen, 33, device=device)
     for args in ((grad, rel, x_dst, ei[0], t, ei[1], 9), (grad, x_src, x_dst, t, ei[0], ei[1], 4)):
         got = torch.ops.pyg_edgedot.edge_dot_rel_grad(*args)

@@ -127,6 +127,9 @@ def check_out_of_range(ops, device, gen, dtype, index_dtype, case):
 
     out, first_bad = ops.edge_dot(x_src, x_dst, ei[0], ei[1])
     assert first_bad.tolist() == [min(BAD_CASES[case])], first_bad.tolist()
+    unreported, none = ops.edge_dot(x_src, x_dst, ei[0], ei[1], False)  # first_bad not asked
+    assert none.shape == (0,) and none.dtype == torch.int64
+    torch.testing.assert_close(unreported, out, rtol=0, atol=0, equal_nan=True)
     out = out.cpu()
     assert torch.isnan(out[bad]).all(), f"bad edges scored {out[bad]}"
     good_ei = ei.cpu()[:, ~bad]

@@ -48,11 +48,11 @@ struct ForwardArgs {
   int64_t src_row_stride, dst_row_stride, rel_row_stride;
   int64_t src_stride, dst_stride, rel_stride;
   int64_t num_src, num_dst, num_rel, feat_dim, row_bytes, ahead;
-  std::atomic<int64_t>* first_bad;
+  std::atomic<int64_t>* first_bad;  // null: not reported
 };
 
 // Edges [begin, end): each edge reads its two rows once and writes one score; an edge with
-// an index out of range gets NaN and lowers first_bad.
+// an index out of range gets NaN and lowers first_bad (if reported).
 template <typename scalar_t, typename index_t>
 PYG_EDGEDOT_INLINE void forward_range(const ForwardArgs<scalar_t, index_t>& p, int64_t begin,
                                       int64_t end) {
@@ -75,6 +75,7 @@ PYG_EDGEDOT_INLINE void forward_range(const ForwardArgs<scalar_t, index_t>& p, i
     const int64_t t = has_rel ? static_cast<int64_t>(p.rel_ptr[e * p.rel_stride]) : 0;
     if (s < 0 || s >= p.num_src || d < 0 || d >= p.num_dst || t < 0 || t >= p.num_rel) {
       p.out_ptr[e] = nan;
+      if (p.first_bad == nullptr) continue;
       int64_t seen = p.first_bad->load();
       while (e < seen && !p.first_bad->compare_exchange_weak(seen, e)) {
       }
@@ -107,7 +108,7 @@ template <typename scalar_t, typename index_t>
 void edge_dot_cpu_impl(const at::Tensor& x_src, const at::Tensor& x_dst,
                        const at::Tensor& src_index, const at::Tensor& dst_index,
                        const at::Tensor& rel, const at::Tensor& rel_index,
-                       at::Tensor& out, std::atomic<int64_t>& first_bad) {
+                       at::Tensor& out, std::atomic<int64_t>* first_bad) {
   if (out.numel() == 0) return;
   const bool has_rel = rel.defined();
   ForwardArgs<scalar_t, index_t> p;
@@ -130,7 +131,7 @@ void edge_dot_cpu_impl(const at::Tensor& x_src, const at::Tensor& x_dst,
   p.feat_dim = x_src.size(1);
   p.row_bytes = p.feat_dim * static_cast<int64_t>(sizeof(scalar_t));
   p.ahead = prefetch_distance(2 * p.row_bytes);
-  p.first_bad = &first_bad;
+  p.first_bad = first_bad;
   const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(1, p.feat_dim));
   auto range = &forward_range_baseline<scalar_t, index_t>;
 #if PYG_EDGEDOT_AVX2_CLONE
@@ -143,7 +144,8 @@ void edge_dot_cpu_impl(const at::Tensor& x_src, const at::Tensor& x_dst,
 // The forward of edge_dot and edge_dot_rel (rel, rel_index undefined for edge_dot).
 std::tuple<at::Tensor, at::Tensor> edge_dot_cpu(
     const at::Tensor& x_src_in, const at::Tensor& x_dst_in, const at::Tensor& rel_in,
-    const at::Tensor& src_index, const at::Tensor& dst_index, const at::Tensor& rel_index) {
+    const at::Tensor& src_index, const at::Tensor& dst_index, const at::Tensor& rel_index,
+    bool report_bad) {
   const at::Tensor x_src = unit_column_stride(x_src_in);
   const at::Tensor x_dst = unit_column_stride(x_dst_in);
   const at::Tensor rel = rel_in.defined() ? unit_column_stride(rel_in) : rel_in;
@@ -152,9 +154,10 @@ std::tuple<at::Tensor, at::Tensor> edge_dot_cpu(
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x_src.scalar_type(), "edge_dot_cpu", [&] {
     AT_DISPATCH_INDEX_TYPES(src_index.scalar_type(), "edge_dot_cpu", [&] {
       edge_dot_cpu_impl<scalar_t, index_t>(x_src, x_dst, src_index, dst_index, rel, rel_index,
-                                           out, first_bad);
+                                           out, report_bad ? &first_bad : nullptr);
     });
   });
+  if (!report_bad) return {out, at::empty({0}, src_index.options().dtype(at::kLong))};
   const int64_t bad = first_bad.load();
   const int64_t first = bad == std::numeric_limits<int64_t>::max() ? -1 : bad;
   return {out, at::full({1}, first, src_index.options().dtype(at::kLong))};

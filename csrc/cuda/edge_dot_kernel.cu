@@ -94,7 +94,7 @@ __global__ void __launch_bounds__(kThreads, kForwardBlocksPerSm<REL>) edge_dot_f
     const index_t* __restrict__ dst_index, int64_t dst_index_stride,              // [E]
     const index_t* __restrict__ rel_index, int64_t rel_index_stride,              // [E]
     scalar_t* __restrict__ out,                                                   // [E]
-    unsigned long long* __restrict__ first_bad,  // [1]: smallest bad edge, or all ones
+    unsigned long long* __restrict__ first_bad,  // [1]: smallest bad edge, or all ones; or null
     int64_t num_edges, int64_t feat_dim, int group_size, int chunk_edges) {
   using acc_t = at::opmath_type<scalar_t>;
   const int64_t warp = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
@@ -125,7 +125,7 @@ __global__ void __launch_bounds__(kThreads, kForwardBlocksPerSm<REL>) edge_dot_f
     const int64_t my_edge = lane_edge(chunk);
     const bool my_valid = my_s >= 0 && my_s < num_src && my_d >= 0 && my_d < num_dst &&
                           my_t >= 0 && my_t < num_rel;
-    if (!my_valid && my_edge < num_edges) {
+    if (!my_valid && my_edge < num_edges && first_bad != nullptr) {
       atomicMin(first_bad, static_cast<unsigned long long>(my_edge));
     }
     const acc_t my_score = score_group_edges<scalar_t, VEC, EPG, REL>(
@@ -169,7 +169,7 @@ __global__ void __launch_bounds__(kThreads, kForwardBlocksPerSm<false>) edge_dot
     const index_t* __restrict__ src_index, int64_t src_index_stride,              // [E]
     const index_t* __restrict__ dst_index, int64_t dst_index_stride,              // [E]
     scalar_t* __restrict__ out,                                                   // [E]
-    unsigned long long* __restrict__ first_bad,  // [1]: smallest bad edge, or all ones
+    unsigned long long* __restrict__ first_bad,  // [1]: smallest bad edge, or all ones; or null
     int64_t num_edges, int64_t feat_dim, int lanes) {  // lanes = G / U, a power of two
   using acc_t = at::opmath_type<scalar_t>;
   constexpr int U = kSmallForwardSplit;
@@ -183,7 +183,9 @@ __global__ void __launch_bounds__(kThreads, kForwardBlocksPerSm<false>) edge_dot
   const int64_t s = static_cast<int64_t>(src_index[e * src_index_stride]);
   const int64_t d = static_cast<int64_t>(dst_index[e * dst_index_stride]);
   const bool valid = s >= 0 && s < num_src && d >= 0 && d < num_dst;
-  if (!valid && lane == 0) atomicMin(first_bad, static_cast<unsigned long long>(e));
+  if (!valid && lane == 0 && first_bad != nullptr) {
+    atomicMin(first_bad, static_cast<unsigned long long>(e));
+  }
   const scalar_t* src_row = x_src + (valid ? s : 0) * src_row_stride;
   const scalar_t* dst_row = x_dst + (valid ? d : 0) * dst_row_stride;
   Packed<scalar_t, VEC> a[U], b[U];
@@ -272,17 +274,24 @@ void launch_forward(const at::Tensor& x_src, const at::Tensor& x_dst, const at::
 // The forward of edge_dot and edge_dot_rel (rel, rel_index undefined for edge_dot).
 std::tuple<at::Tensor, at::Tensor> edge_dot_cuda(
     const at::Tensor& x_src_in, const at::Tensor& x_dst_in, const at::Tensor& rel_in,
-    const at::Tensor& src_index, const at::Tensor& dst_index, const at::Tensor& rel_index) {
+    const at::Tensor& src_index, const at::Tensor& dst_index, const at::Tensor& rel_index,
+    bool report_bad) {
   const c10::cuda::OptionalCUDAGuard guard(x_src_in.device());
   const at::Tensor x_src = unit_column_stride(x_src_in);
   const at::Tensor x_dst = unit_column_stride(x_dst_in);
   const bool has_rel = rel_in.defined();
   const at::Tensor rel = has_rel ? unit_column_stride(rel_in) : rel_in;
   at::Tensor out = at::empty({src_index.size(0)}, x_src.options());
-  // -1 (all ones as unsigned) until an edge with an index out of range lowers it.
-  at::Tensor first_bad = new_first_bad(x_src);
+  // Reported: -1 (all ones as unsigned) until an edge with an index out of range lowers it
+  // (a memset, then the kernel's atomicMin). Not reported (the caller will not read it, e.g.
+  // an edge_index already validated): an empty tensor and a null pointer, so the forward is
+  // the kernel alone; bad edges still score NaN.
+  at::Tensor first_bad = report_bad ? new_first_bad(x_src)
+                                    : at::empty({0}, x_src.options().dtype(at::kLong));
   if (out.numel() == 0) return {out, first_bad};
-  auto* first_bad_ptr = reinterpret_cast<unsigned long long*>(first_bad.mutable_data_ptr<int64_t>());
+  auto* first_bad_ptr =
+      report_bad ? reinterpret_cast<unsigned long long*>(first_bad.mutable_data_ptr<int64_t>())
+                 : nullptr;
 
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x_src.scalar_type(), "edge_dot_cuda", [&] {
     AT_DISPATCH_INDEX_TYPES(src_index.scalar_type(), "edge_dot_cuda", [&] {
@@ -330,28 +339,41 @@ __global__ void make_sort_input_kernel(
 }
 
 // ---------------------------------------------------------------------------------------
-// Backward for small E (one side, no sort)
+// Backward for small E (no sort; one gradient side per launch, or both of edge_dot's)
 // ---------------------------------------------------------------------------------------
 
-// At small E (the seed's W1: 16K edges onto 1K rows) the sorted path's ~11 launches per side
-// (sort input, radix passes, row pointer, walk, long rows) cost more than the work. Here a
-// side takes two launches and no sort:
-// 1. plan: the edge ids grouped by row, in increasing id order within a row (the order of a
-//    stable sort by row), with the row pointer and the long rows' pieces. Block b owns the
-//    rows [b * R, (b + 1) * R) (R <= 128, about 64 blocks) and reads every scatter index (at
-//    most 2^16, 512 KB, from L2): it counts the valid edges on rows before its own (its first
-//    row's CSR position) and, per warp, the edges of each of its rows. Warp w reads a
-//    contiguous slice of the edges, 32 at a time, so the edges of a row in warp w follow
-//    those in warps < w: row start + the counts of the warps before + the count so far in
-//    the warp + the rank among the lanes holding the same row (__match_any_sync) is each
-//    edge's position, written once. The second pass rereads only the windows of 32 edges that
-//    hold one of the block's rows. No block waits on another (no zeroed counters, no memset,
-//    no grid-wide sync), and the writes spread over the blocks: a single block doing all of
-//    it took 22 us at W1 (one SM's index loads, 16K shared atomics, 16K scattered stores).
-// 2. sum, a warp per row and one per piece of a long row: the row's ids are read in order, 32
-//    at a time (lane l loads edge l's weight and indices, the next window's in flight), the
-//    warp takes them by shuffle, kWalkEdgesInFlight rows in flight through add_edges, and
-//    the row is written once.
+// At small E (the seed's W1: 16K edges onto 1K and 768 rows) the sorted path's ~11 launches
+// per side (sort input, radix passes, row pointer, walk, long rows) cost more than the work.
+// Here one gradient side (edge_dot_grad, edge_dot_rel_grad) or both sides of
+// edge_dot_pair_grad take two launches in all, and no sort:
+// 1. plan: the edges of each side in the order of a stable sort by row, each edge's weight
+//    (grad_out in opmath) and gather (and other) row written at its position, so that the sum
+//    reads them in order, with the row pointer and the long rows' pieces. A block of 1024
+//    threads owns R <= 128 rows of one side (R sized for about kSmallPlanBlocks blocks over
+//    all the sides; blocks [0, B0) plan the first side, the rest the second) and reads every
+//    scatter index of its side (at most 2^16, 512 KB, from L2), in three steps:
+//    - count and rank: warp w reads a contiguous slice of the edges, 32 (a window) per load,
+//      8 windows in flight, and counts the valid edges on rows before the block's. In each
+//      window that holds an owned edge (a ballot), the lanes on the same row find each other
+//      (__match_any_sync) and the group's first lane adds the group to the row's count in the
+//      slice (a shared atomicAdd, whose old value is the group's base); so an edge's rank
+//      among its row's edges in the slice is the base + its rank among the group's lanes,
+//      kept in a scratch array (slice_rank, by edge id) by the lane, which also notes the
+//      window in a 64-bit mask.
+//    - scan: per owned row, a warp scans the row's 32 slice counts (lane = slice): the row's
+//      edges in the slices before each slice, and its degree; then warp 0 scans the degrees
+//      from the edges before: the rows' CSR starts, the row pointer and the pieces.
+//    - place: each lane takes its own owned edges (its mask), 4 at a time with their loads
+//      (rank, weight, gather and other index) in flight together, and writes each at its
+//      row's start + the row's edges in the slices before + its rank. Slices are in edge
+//      order, windows in order, lanes in order: increasing edge id within a row.
+//    No block waits on another (no zeroed counters, no memset, no grid-wide sync), and the
+//    writes spread over the blocks: a single block doing all of it took 22 us at W1 (one
+//    SM's index loads, 16K shared atomics, 16K scattered stores).
+// 2. sum, a warp per row and one per piece of a long row, of every side (items [0, I0) the
+//    first side's): the row's positions are read in order, 32 at a time (lane l loads
+//    position l's weight and rows, coalesced), the warp takes them by shuffle,
+//    kWalkEdgesInFlight rows in flight through add_edges, and the row is written once.
 // The sums are the sorted path's, bit for bit: CUB's radix sort is stable, so that path too
 // adds a row's edges in increasing id order from zero with add_edge, and a row of more than
 // piece_edges_for(E) edges is summed there in pieces of that many edges (in order), each
@@ -359,25 +381,30 @@ __global__ void make_sort_input_kernel(
 // row has its own warp, which stores its partial sum, and the warp that finishes a row's last
 // piece (an atomic ticket per row: who adds, not what is added) adds the pieces in order from
 // zero; a hub row is thus spread over warps as in the sorted path. So the gradient does not
-// depend on which path E and the row count select, and is the same on every run.
+// depend on which path E and the row count select, nor on whether a side is planned alone or
+// with the other, and is the same on every run.
 // Edges whose scatter index is out of range are in no row; those with a gather (or other)
 // index out of range are ordered with their row but add nothing, as in the sorted path.
 constexpr int64_t kSmallMaxEdges = int64_t{1} << 16;
 constexpr int64_t kSmallMaxRows = 8192;
 constexpr int kSmallPlanThreads = 1024;
 constexpr int kSmallPlanWarps = kSmallPlanThreads / kWarp;
-// Windows of 32 edges whose scatter indices are in flight per warp of the plan kernel.
-constexpr int kSmallPlanBatch = 8;
-// Rows per plan block, at most (its per-warp counts: 32 x 128 int32, 16 KB of shared memory),
-// and the plan grid aimed at: every block reads all E indices, so more blocks cost L2 traffic
-// (64 x 128 KB at W1) and fewer put more of the scattered writes on each.
+// Windows of 32 scatter indices in flight per warp in the plan's count step, and a lane's
+// owned edges in flight in its place step (at W1 a lane owns under one on average).
+constexpr int kSmallCountBatch = 8;
+constexpr int kSmallPlaceBatch = 4;
+// Rows per plan block, at most (its slice counts are 128 x 33 int32, 17 KB of shared memory;
+// slice_rank keeps a row in 8 bits), and the plan grid aimed at over all sides: every block
+// reads all E scatter indices of its side, so more blocks cost L2 traffic (64 x 128 KB at W1)
+// and fewer give each block more rows to rank and place.
 constexpr int64_t kSmallPlanMaxRows = 128;
 constexpr int64_t kSmallPlanBlocks = 64;
 constexpr int kSmallThreads = 128;
 static_assert(kSmallMaxEdges <= int64_t{64} * kWarp * kSmallPlanWarps,
               "a plan warp's windows fit one 64-bit mask");
-static_assert(kSmallMaxRows <= kSmallPlanMaxRows * kSmallPlanBlocks,
-              "the plan grid covers the rows with at most kSmallPlanMaxRows per block");
+static_assert(kSmallPlanWarps == kWarp, "the scan's lanes are the plan block's slices");
+static_assert(kSmallPlanMaxRows <= 256 && kSmallMaxEdges / kSmallPlanWarps < (1 << 23),
+              "slice_rank holds a block's row in 8 bits and a rank in the slice above them");
 
 // Whether the small-E backward takes this gradient: E and the rows within the plan's bounds,
 // and one lane's VEC columns covering a row.
@@ -402,14 +429,58 @@ inline int64_t small_max_pieces(int64_t num_edges, int64_t piece_edges) {
   return num_edges > piece_edges ? 2 * ((num_edges + piece_edges - 1) / piece_edges) : 0;
 }
 
-// What the plan kernel leaves for the sum kernel, in one int32 tensor.
+// What the plan kernel leaves for the sum kernel. The edge arrays are by CSR position: the
+// edges grouped by row, in increasing id order within a row.
+template <typename acc_t>
 struct SmallGradLists {
-  int32_t* rowptr;     // [num_rows + 1]: row r's edges are edges[rowptr[r], rowptr[r + 1])
-  int32_t* edges;      // [E]: edge ids grouped by row, increasing within a row
+  acc_t* weight;       // [E]: the edge's grad_out
+  int64_t* gather;     // [E]: its gather row, -1 when one of its indices is out of range
+  int64_t* other;      // [E]: its other-factor row (three-factor gradients only)
+  int32_t* rowptr;     // [num_rows + 1]: row r's edges are positions [rowptr[r], rowptr[r + 1])
   int32_t* piece_row;  // [max_pieces]: the long row whose piece has this slot (see
   int32_t* piece_q;    // small_piece_slot) and the piece's index in it; slots no piece
                        // has are never written: the sum kernel checks a slot against its row
   int32_t* tickets;    // [max_pieces], at the slot of a row's piece 0: its pieces finished
+  int32_t* slice_rank;  // [E] by edge id, the plan's own scratch: an owned edge's row in its
+                        // block (8 bits) and its rank among the row's edges in its slice
+};
+
+// A side's lists live in one int64 buffer: gather, other (TRIPLE), the weights (one slot
+// each), then the int32 arrays (two per slot). small_lists_slots is its length.
+inline int64_t small_lists_slots(int64_t num_edges, int64_t num_rows, int64_t max_pieces,
+                                 bool triple) {
+  return num_edges * (triple ? 3 : 2) + (num_rows + 1 + 3 * max_pieces + num_edges + 1) / 2;
+}
+
+template <typename acc_t>
+SmallGradLists<acc_t> small_lists_at(int64_t* slots, int64_t num_edges, int64_t num_rows,
+                                     int64_t max_pieces, bool triple) {
+  static_assert(sizeof(acc_t) <= sizeof(int64_t), "a weight fits one slot");
+  SmallGradLists<acc_t> lists;
+  lists.gather = slots;
+  lists.other = triple ? slots + num_edges : nullptr;
+  lists.weight = reinterpret_cast<acc_t*>(slots + num_edges * (triple ? 2 : 1));
+  lists.rowptr = reinterpret_cast<int32_t*>(slots + num_edges * (triple ? 3 : 2));
+  lists.piece_row = lists.rowptr + num_rows + 1;
+  lists.piece_q = lists.piece_row + max_pieces;
+  lists.tickets = lists.piece_q + max_pieces;
+  lists.slice_rank = lists.tickets + max_pieces;
+  return lists;
+}
+
+// One gradient side of a small-E launch, out[scatter[e]] += grad_out[e] * (x_other[other[e]]
+// *) x_gather[gather[e]], as the kernels read it (the other factor only with TRIPLE).
+template <typename scalar_t, typename index_t>
+struct SmallSide {
+  const index_t* scatter_index;  // [E], strided
+  const index_t* gather_index;   // [E], strided
+  const index_t* other_index;    // [E], strided
+  int64_t scatter_stride, gather_stride, other_stride;
+  int64_t num_rows, num_gather, num_other;
+  GatherRows<scalar_t> in;
+  SmallGradLists<at::opmath_type<scalar_t>> lists;
+  at::opmath_type<scalar_t>* partial;  // [max_pieces, D]: the long rows' piece sums
+  scalar_t* out;                       // [num_rows, D]
 };
 
 __device__ __forceinline__ int warp_inclusive_sum(int v, int lane) {
@@ -421,83 +492,103 @@ __device__ __forceinline__ int warp_inclusive_sum(int v, int lane) {
   return v;
 }
 
-// Block b: the CSR positions of the edges of rows [b * rows_per_block, ...), the row pointer
-// of those rows (and of num_rows, by the last block) and their pieces' slots.
-template <typename index_t>
-__global__ void __launch_bounds__(kSmallPlanThreads) edge_dot_grad_small_plan_kernel(
-    const index_t* __restrict__ scatter_index, int64_t scatter_stride,  // [E]
-    int64_t num_edges, int64_t num_rows, int64_t rows_per_block, int64_t piece_edges,
-    const SmallGradLists lists) {
+// A plan block's shared memory.
+struct SmallPlanShared {
+  // Per owned row and slice (warp): the row's edges in the slice; after the scan, those in
+  // the slices before. Row-major with a pad column: the scan's lanes (one row, lane = slice)
+  // hit 32 banks.
+  int32_t slice_count[kSmallPlanMaxRows][kSmallPlanWarps + 1];
+  int32_t row_start[kSmallPlanMaxRows];  // owned rows: degree, then CSR position
+  int32_t edges_before;                  // valid edges on rows before the block's
+};
+
+// A plan block's work on one side: the rows [first_row, first_row + rows_per_block) (fewer at
+// the side's end), the CSR positions of their edges, with each edge's weight and rows written
+// at its position, the row pointer of those rows (and of num_rows, by the side's last block)
+// and their pieces' slots.
+template <typename scalar_t, typename index_t, bool TRIPLE>
+__device__ __forceinline__ void plan_small_rows(const SmallSide<scalar_t, index_t>& side,
+                                                const scalar_t* __restrict__ grad_out,
+                                                int64_t first_row, int64_t num_edges,
+                                                int64_t rows_per_block, int64_t piece_edges,
+                                                SmallPlanShared& shared) {
+  using acc_t = at::opmath_type<scalar_t>;
   constexpr unsigned kFull = 0xffffffffu;
-  // Per warp and owned row: its edges, then (after the scan over warps) those of the warps
-  // before it plus, during the fill, its own so far.
-  __shared__ int32_t warp_count[kSmallPlanWarps][kSmallPlanMaxRows];
-  __shared__ int32_t row_start[kSmallPlanMaxRows];  // owned rows: degree, then CSR position
-  __shared__ int32_t edges_before;  // valid edges on rows before the block's
+  constexpr int kPlace = kSmallPlaceBatch;
+  auto& slice_count = shared.slice_count;
+  auto& row_start = shared.row_start;
+  const SmallGradLists<acc_t>& lists = side.lists;
   const int t = threadIdx.x, warp = t / kWarp, lane = t % kWarp;
   const unsigned lanes_below = (1u << lane) - 1u;
-  const int64_t first_row = static_cast<int64_t>(blockIdx.x) * rows_per_block;
   const int owned_rows = static_cast<int>(
-      rows_per_block < num_rows - first_row ? rows_per_block : num_rows - first_row);
-  for (int i = t; i < kSmallPlanWarps * kSmallPlanMaxRows; i += kSmallPlanThreads) {
-    warp_count[i / kSmallPlanMaxRows][i % kSmallPlanMaxRows] = 0;
+      rows_per_block < side.num_rows - first_row ? rows_per_block : side.num_rows - first_row);
+  // Row r is owned when (uint64) (r - first_row) < owned_rows, and before the block's rows
+  // when 0 <= r < first_row, i.e. (uint64) r < first_row: a negative r is huge as unsigned.
+  const uint64_t first_u = static_cast<uint64_t>(first_row);
+  const uint64_t owned_u = static_cast<uint64_t>(owned_rows);
+  for (int i = t; i < owned_rows * (kSmallPlanWarps + 1); i += kSmallPlanThreads) {
+    slice_count[i / (kSmallPlanWarps + 1)][i % (kSmallPlanWarps + 1)] = 0;
   }
-  if (t == 0) edges_before = 0;
+  if (t == 0) shared.edges_before = 0;
   __syncthreads();
 
-  // Warp w reads the windows [w_begin, w_end) of 32 edges (at most 64).
+  // Warp w's slice: the windows [w_begin, w_end) of 32 edges (at most 64).
   const int windows = static_cast<int>((num_edges + kWarp - 1) / kWarp);
   const int per_warp = (windows + kSmallPlanWarps - 1) / kSmallPlanWarps;
   const int w_begin = min(windows, warp * per_warp);
   const int w_end = min(windows, w_begin + per_warp);
-  // The lane's edge of window j: its row if valid, else -1 (no load where !want).
-  auto load_row = [&](int j, bool want) -> int64_t {
-    const int64_t e = static_cast<int64_t>(j) * kWarp + lane;
-    if (!want || e >= num_edges) return -1;
-    const int64_t row = static_cast<int64_t>(scatter_index[e * scatter_stride]);
-    return row >= 0 && row < num_rows ? row : -1;
-  };
-  auto is_owned = [&](int64_t row) { return row >= first_row && row < first_row + owned_rows; };
+  auto edge_of = [&](int window) { return static_cast<int64_t>(window) * kWarp + lane; };
 
-  // Pass 1: the counts, and which windows hold an owned edge (bit j - w_begin, warp-uniform).
-  uint64_t owned_windows = 0;
+  // Count and rank: per owned edge, its rank among its row's edges in the slice, kept in
+  // lists.slice_rank until the scan has the row's start.
+  uint64_t my_windows = 0;  // bit j - w_begin: the lane's edge of window j is owned
   int before = 0;
-  for (int j0 = w_begin; j0 < w_end; j0 += kSmallPlanBatch) {  // warp-uniform
-    int64_t row[kSmallPlanBatch];
+  for (int j0 = w_begin; j0 < w_end; j0 += kSmallCountBatch) {  // warp-uniform
+    int64_t row[kSmallCountBatch];
 #pragma unroll
-    for (int b = 0; b < kSmallPlanBatch; ++b) row[b] = load_row(j0 + b, j0 + b < w_end);
+    for (int b = 0; b < kSmallCountBatch; ++b) {
+      const int64_t e = edge_of(j0 + b);
+      row[b] = j0 + b < w_end && e < num_edges
+                   ? static_cast<int64_t>(side.scatter_index[e * side.scatter_stride]) : -1;
+    }
 #pragma unroll
-    for (int b = 0; b < kSmallPlanBatch; ++b) {
-      before += row[b] >= 0 && row[b] < first_row;
-      const bool owned = is_owned(row[b]);
-      if (owned) atomicAdd(&warp_count[warp][row[b] - first_row], 1);
-      if (__ballot_sync(kFull, owned) != 0u) owned_windows |= uint64_t{1} << (j0 + b - w_begin);
+    for (int b = 0; b < kSmallCountBatch; ++b) {
+      const uint64_t offset = static_cast<uint64_t>(row[b]) - first_u;
+      const bool owned = offset < owned_u;
+      before += static_cast<uint64_t>(row[b]) < first_u;
+      if (__ballot_sync(kFull, owned) == 0u) continue;  // warp-uniform
+      const int key = owned ? static_cast<int>(offset) : -1;
+      const unsigned peers = __match_any_sync(kFull, key);
+      const int leader = __ffs(peers) - 1;
+      int base = 0;
+      if (owned && lane == leader) base = atomicAdd(&slice_count[key][warp], __popc(peers));
+      base = __shfl_sync(kFull, base, leader);
+      if (owned) {
+        lists.slice_rank[edge_of(j0 + b)] = key | (base + __popc(peers & lanes_below)) << 8;
+        my_windows |= uint64_t{1} << (j0 + b - w_begin);
+      }
+      __syncwarp();  // this window's adds are in before the next window's
     }
   }
 #pragma unroll
   for (int offset = kWarp / 2; offset > 0; offset /= 2) {
     before += __shfl_xor_sync(kFull, before, offset);
   }
-  if (lane == 0 && before != 0) atomicAdd(&edges_before, before);
+  if (lane == 0 && before != 0) atomicAdd(&shared.edges_before, before);
   __syncthreads();
 
-  // Per owned row: the exclusive prefix of the warps' counts, and the degree.
-  if (t < owned_rows) {
-    int running = 0;
-#pragma unroll 8
-    for (int w = 0; w < kSmallPlanWarps; ++w) {
-      const int count = warp_count[w][t];
-      warp_count[w][t] = running;
-      running += count;
-    }
-    row_start[t] = running;
+  // Scan: per owned row, the edges in the slices before each slice, and the degree.
+  for (int r = warp; r < owned_rows; r += kSmallPlanWarps) {  // warp-uniform
+    const int count = slice_count[r][lane];
+    const int inclusive = warp_inclusive_sum(count, lane);
+    slice_count[r][lane] = inclusive - count;
+    if (lane == kWarp - 1) row_start[r] = inclusive;
   }
   __syncthreads();
-
   // Warp 0: the rows' CSR positions (an exclusive scan of the degrees from edges_before), the
   // row pointer and the pieces of the long rows.
   if (warp == 0) {
-    int carry = edges_before;
+    int carry = shared.edges_before;
     for (int i0 = 0; i0 < owned_rows; i0 += kWarp) {  // warp-uniform
       const int i = i0 + lane;
       const int degree = i < owned_rows ? row_start[i] : 0;
@@ -519,36 +610,67 @@ __global__ void __launch_bounds__(kSmallPlanThreads) edge_dot_grad_small_plan_ke
       }
       carry += __shfl_sync(kFull, inclusive, kWarp - 1);
     }
-    if (lane == 0 && first_row + owned_rows == num_rows) lists.rowptr[num_rows] = carry;
+    if (lane == 0 && first_row + owned_rows == side.num_rows) lists.rowptr[side.num_rows] = carry;
   }
   __syncthreads();
 
-  // Pass 2: each owned edge to its position, the warp's windows in order, the lanes of a
-  // window in order.
-  auto flagged = [&](int j) { return j < w_end && ((owned_windows >> (j - w_begin)) & 1u) != 0; };
-  for (int j0 = w_begin; j0 < w_end; j0 += kSmallPlanBatch) {  // warp-uniform
-    bool any = false;
+  // Place: each lane its own owned edges, kPlace at a time (their loads in flight together),
+  // at position row start + the row's edges in the slices before + the rank.
+  while (my_windows != 0) {
+    int64_t edge[kPlace], gather[kPlace], other[kPlace];
+    int32_t rank[kPlace];
+    acc_t weight[kPlace];
 #pragma unroll
-    for (int b = 0; b < kSmallPlanBatch; ++b) any = any || flagged(j0 + b);
-    if (!any) continue;
-    int64_t row[kSmallPlanBatch];
-#pragma unroll
-    for (int b = 0; b < kSmallPlanBatch; ++b) row[b] = load_row(j0 + b, flagged(j0 + b));
-#pragma unroll
-    for (int b = 0; b < kSmallPlanBatch; ++b) {
-      if (!flagged(j0 + b)) continue;  // warp-uniform
-      const bool owned = is_owned(row[b]);
-      const int key = owned ? static_cast<int>(row[b] - first_row) : -1;
-      const unsigned peers = __match_any_sync(kFull, key);
-      int pos = 0;
-      if (owned) pos = row_start[key] + warp_count[warp][key] + __popc(peers & lanes_below);
-      __syncwarp();  // every lane has read the count before the group's first lane adds to it
-      if (owned) {
-        lists.edges[pos] = (j0 + b) * kWarp + lane;
-        if ((peers & lanes_below) == 0u) warp_count[warp][key] += __popc(peers);
+    for (int b = 0; b < kPlace; ++b) {
+      edge[b] = my_windows != 0
+                    ? edge_of(w_begin + __ffsll(static_cast<long long>(my_windows)) - 1) : -1;
+      my_windows &= my_windows - 1;
+      gather[b] = -1;
+      other[b] = 0;
+      rank[b] = 0;
+      weight[b] = acc_t(0);
+      if (edge[b] >= 0) {
+        const int64_t e = edge[b];
+        rank[b] = lists.slice_rank[e];
+        const int64_t g = static_cast<int64_t>(side.gather_index[e * side.gather_stride]);
+        bool ok = g >= 0 && g < side.num_gather;
+        if constexpr (TRIPLE) {
+          const int64_t o = static_cast<int64_t>(side.other_index[e * side.other_stride]);
+          ok = ok && o >= 0 && o < side.num_other;
+          other[b] = ok ? o : 0;
+        }
+        gather[b] = ok ? g : -1;
+        weight[b] = static_cast<acc_t>(grad_out[e]);
       }
-      __syncwarp();
     }
+#pragma unroll
+    for (int b = 0; b < kPlace; ++b) {
+      if (edge[b] < 0) break;
+      const int key = rank[b] & 0xff;
+      const int pos = row_start[key] + slice_count[key][warp] + (rank[b] >> 8);
+      lists.weight[pos] = weight[b];
+      lists.gather[pos] = gather[b];
+      if constexpr (TRIPLE) lists.other[pos] = other[b];
+    }
+  }
+}
+
+// Block b plans rows [b * rows_per_block, ...) of `first`, or of `second` from second_block on.
+// (Each side's body is inlined apart, so its fields stay kernel-parameter operands.)
+template <typename scalar_t, typename index_t, bool TRIPLE>
+__global__ void __launch_bounds__(kSmallPlanThreads) edge_dot_grad_small_plan_kernel(
+    const scalar_t* __restrict__ grad_out,  // [E]
+    const SmallSide<scalar_t, index_t> first, const SmallSide<scalar_t, index_t> second,
+    int64_t second_block, int64_t num_edges, int64_t rows_per_block, int64_t piece_edges) {
+  __shared__ SmallPlanShared shared;
+  const int64_t block = blockIdx.x;
+  if (block < second_block) {
+    plan_small_rows<scalar_t, index_t, TRIPLE>(first, grad_out, block * rows_per_block,
+                                               num_edges, rows_per_block, piece_edges, shared);
+  } else {
+    plan_small_rows<scalar_t, index_t, TRIPLE>(second, grad_out,
+                                               (block - second_block) * rows_per_block,
+                                               num_edges, rows_per_block, piece_edges, shared);
   }
 }
 
@@ -578,23 +700,20 @@ __device__ __forceinline__ void sum_piece_slots(const acc_t* __restrict__ partia
   }
 }
 
-// A warp per item: items [0, num_rows) are the rows (a long row's item returns at once),
-// items num_rows + j the piece slots j (a slot that no piece has returns at once).
+// A warp's item of one side: items [0, num_rows) are the side's rows (a long row's item
+// returns at once), items num_rows + j its piece slots j (a slot that no piece has returns
+// at once).
 template <typename scalar_t, typename index_t, int VEC, bool TRIPLE>
-__global__ void __launch_bounds__(kSmallThreads) edge_dot_grad_small_kernel(
-    const scalar_t* __restrict__ grad_out,                                                // [E]
-    const index_t* __restrict__ gather_index, int64_t gather_stride, int64_t num_gather,  // [E]
-    const index_t* __restrict__ other_index, int64_t other_stride, int64_t num_other,     // [E]
-    const GatherRows<scalar_t> in, const SmallGradLists lists, int64_t num_rows,
-    int64_t feat_dim, int64_t piece_edges, int64_t max_pieces,
-    scalar_t* __restrict__ out,                           // [num_rows, D]
-    at::opmath_type<scalar_t>* __restrict__ partial) {    // [max_pieces, D]
+__device__ __forceinline__ void sum_small_item(const SmallSide<scalar_t, index_t>& side,
+                                               int64_t item, int64_t feat_dim,
+                                               int64_t piece_edges, int64_t max_pieces) {
   using acc_t = at::opmath_type<scalar_t>;
   using Edge = SmallEdge<acc_t>;
   constexpr int EPG = kWalkEdgesInFlight<TRIPLE>;
   constexpr unsigned kFull = 0xffffffffu;
-  const int64_t item = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
+  const SmallGradLists<acc_t>& lists = side.lists;
   const int lane = threadIdx.x % kWarp;
+  const int64_t num_rows = side.num_rows;
   int64_t row = item, piece = -1, q = 0;
   if (item >= num_rows) {
     piece = item - num_rows;
@@ -621,21 +740,13 @@ __global__ void __launch_bounds__(kSmallThreads) edge_dot_grad_small_kernel(
 #pragma unroll
   for (int i = 0; i < VEC; ++i) acc[i] = acc_t(0);
 
-  // The row's edge `rank`, or -1 past the range.
-  const int32_t* __restrict__ ids = lists.edges + begin;
-  auto load_id = [&](int rank) { return rank < hi ? ids[rank] : -1; };
-  // Edge e's weight and indices (an empty edge for e = -1).
-  auto load_edge = [&](int64_t e) {
+  // The row's edge of rank `rank` as the plan wrote it (an empty edge past the range).
+  auto load_edge = [&](int rank) {
     Edge edge{acc_t(0), -1, 0};
-    if (e >= 0) {
-      const int64_t g = static_cast<int64_t>(gather_index[e * gather_stride]);
-      bool ok = g >= 0 && g < num_gather;
-      int64_t o = 0;
-      if constexpr (TRIPLE) {
-        o = static_cast<int64_t>(other_index[e * other_stride]);
-        ok = ok && o >= 0 && o < num_other;
-      }
-      edge = Edge{static_cast<acc_t>(grad_out[e]), ok ? g : -1, ok ? o : 0};
+    if (rank < hi) {
+      edge.weight = lists.weight[begin + rank];
+      edge.gather = lists.gather[begin + rank];
+      if constexpr (TRIPLE) edge.other = lists.other[begin + rank];
     }
     return edge;
   };
@@ -654,21 +765,21 @@ __global__ void __launch_bounds__(kSmallThreads) edge_dot_grad_small_kernel(
         if constexpr (TRIPLE) other[j] = __shfl_sync(kFull, mine.other, j0 + j);
         use[j] = active && j0 + j < n && gather[j] >= 0;
       }
-      add_edges<EPG, TRIPLE>(acc, in, k, use, weight, gather, other);
+      add_edges<EPG, TRIPLE>(acc, side.in, k, use, weight, gather, other);
     }
   };
 
   // The ranks in windows of 32, in order (a row of at most 32 edges is one window).
 #pragma unroll 1
   for (int window = lo; window < hi; window += kWarp) {  // warp-uniform
-    add_lane_edges(load_edge(load_id(window + lane)), min(kWarp, hi - window));
+    add_lane_edges(load_edge(window + lane), min(kWarp, hi - window));
   }
 
   if (!long_row) {
-    if (active) store_vec<VEC>(out + row * feat_dim + k, acc);
+    if (active) store_vec<VEC>(side.out + row * feat_dim + k, acc);
     return;
   }
-  if (active) store_vec<VEC>(partial + piece * feat_dim + k, acc);
+  if (active) store_vec<VEC>(side.partial + piece * feat_dim + k, acc);
   __threadfence();  // the partial is visible device-wide before the ticket says it is there
   __syncwarp();
   int ticket = 0;
@@ -676,49 +787,110 @@ __global__ void __launch_bounds__(kSmallThreads) edge_dot_grad_small_kernel(
   if (__shfl_sync(kFull, ticket, 0) != num_pieces - 1) return;
   __threadfence();  // the other pieces' partials, read after their tickets
   if (active) {
-    sum_piece_slots<VEC>(partial, begin, num_pieces, piece_edges, feat_dim, k, acc);
-    store_vec<VEC>(out + row * feat_dim + k, acc);
+    sum_piece_slots<VEC>(side.partial, begin, num_pieces, piece_edges, feat_dim, k, acc);
+    store_vec<VEC>(side.out + row * feat_dim + k, acc);
   }
 }
 
+// A warp per item: items [0, second_item) are `first`'s, the rest `second`'s.
+template <typename scalar_t, typename index_t, int VEC, bool TRIPLE>
+__global__ void __launch_bounds__(kSmallThreads) edge_dot_grad_small_kernel(
+    const SmallSide<scalar_t, index_t> first, const SmallSide<scalar_t, index_t> second,
+    int64_t second_item, int64_t feat_dim, int64_t piece_edges, int64_t max_pieces) {
+  const int64_t item = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
+  if (item < second_item) {
+    sum_small_item<scalar_t, index_t, VEC, TRIPLE>(first, item, feat_dim, piece_edges,
+                                                   max_pieces);
+  } else {
+    sum_small_item<scalar_t, index_t, VEC, TRIPLE>(second, item - second_item, feat_dim,
+                                                   piece_edges, max_pieces);
+  }
+}
+
+// A gradient side as the host holds it (x_other, other_index undefined without TRIPLE).
+template <typename scalar_t>
+struct SmallGradSide {
+  const at::Tensor& x_gather;
+  const at::Tensor& scatter_index;
+  const at::Tensor& gather_index;
+  const at::Tensor& x_other;
+  const at::Tensor& other_index;
+  GatherRows<scalar_t> in;
+  at::Tensor& out;
+};
+
+// The small-E backward of one side, or of two sides that share grad_out (edge_dot_pair_grad's
+// x_src and x_dst): one plan launch and one sum launch for all of them.
+template <typename scalar_t, typename index_t, int VEC, bool TRIPLE>
+void launch_small_grads(const at::Tensor& grad_out, const SmallGradSide<scalar_t>* sides,
+                        int num_sides, cudaStream_t stream) {
+  using acc_t = at::opmath_type<scalar_t>;
+  using Side = SmallSide<scalar_t, index_t>;
+  const int64_t num_edges = grad_out.size(0), feat_dim = sides[0].out.size(1);
+  const int64_t piece_edges = piece_edges_for(num_edges);
+  const int64_t max_pieces = small_max_pieces(num_edges, piece_edges);
+  int64_t total_rows = 0, slots = 0;
+  for (int i = 0; i < num_sides; ++i) {
+    total_rows += sides[i].out.size(0);
+    slots += small_lists_slots(num_edges, sides[i].out.size(0), max_pieces, TRIPLE);
+  }
+  at::Tensor storage = at::empty({slots}, grad_out.options().dtype(at::kLong));
+  at::Tensor partial;
+  if (max_pieces > 0) {
+    partial = at::empty({num_sides * max_pieces, feat_dim},
+                        grad_out.options().dtype(at::toOpMathType(grad_out.scalar_type())));
+  }
+  const int64_t rows_per_block = std::clamp<int64_t>(
+      (total_rows + kSmallPlanBlocks - 1) / kSmallPlanBlocks, 1, kSmallPlanMaxRows);
+  Side side[2];
+  int64_t plan_blocks[2] = {0, 0}, items[2] = {0, 0};
+  int64_t* next_slot = storage.mutable_data_ptr<int64_t>();
+  for (int i = 0; i < num_sides; ++i) {
+    const SmallGradSide<scalar_t>& s = sides[i];
+    const int64_t num_rows = s.out.size(0);
+    side[i].scatter_index = s.scatter_index.template const_data_ptr<index_t>();
+    side[i].gather_index = s.gather_index.template const_data_ptr<index_t>();
+    side[i].other_index = TRIPLE ? s.other_index.template const_data_ptr<index_t>() : nullptr;
+    side[i].scatter_stride = s.scatter_index.stride(0);
+    side[i].gather_stride = s.gather_index.stride(0);
+    side[i].other_stride = TRIPLE ? s.other_index.stride(0) : 0;
+    side[i].num_rows = num_rows;
+    side[i].num_gather = s.x_gather.size(0);
+    side[i].num_other = TRIPLE ? s.x_other.size(0) : 0;
+    side[i].in = s.in;
+    side[i].lists = small_lists_at<acc_t>(next_slot, num_edges, num_rows, max_pieces, TRIPLE);
+    next_slot += small_lists_slots(num_edges, num_rows, max_pieces, TRIPLE);
+    side[i].partial =
+        partial.defined() ? partial.mutable_data_ptr<acc_t>() + i * max_pieces * feat_dim : nullptr;
+    side[i].out = s.out.template mutable_data_ptr<scalar_t>();
+    plan_blocks[i] = (num_rows + rows_per_block - 1) / rows_per_block;
+    items[i] = num_rows + max_pieces;
+  }
+  // With one side, no block or item is the second side's.
+  const int64_t never = std::numeric_limits<int64_t>::max();
+  const Side& second = side[num_sides - 1];
+  edge_dot_grad_small_plan_kernel<scalar_t, index_t, TRIPLE>
+      <<<plan_blocks[0] + plan_blocks[1], kSmallPlanThreads, 0, stream>>>(
+          grad_out.const_data_ptr<scalar_t>(), side[0], second,
+          num_sides > 1 ? plan_blocks[0] : never, num_edges, rows_per_block, piece_edges);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  const int64_t warps_per_block = kSmallThreads / kWarp;
+  edge_dot_grad_small_kernel<scalar_t, index_t, VEC, TRIPLE>
+      <<<(items[0] + items[1] + warps_per_block - 1) / warps_per_block, kSmallThreads, 0,
+         stream>>>(side[0], second, num_sides > 1 ? items[0] : never, feat_dim, piece_edges,
+                   max_pieces);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+// One side: grad_one_side's small-E path.
 template <typename scalar_t, typename index_t, int VEC, bool TRIPLE>
 void launch_small_grad(const at::Tensor& grad_out, const at::Tensor& x_gather,
                        const at::Tensor& scatter_index, const at::Tensor& gather_index,
                        const at::Tensor& x_other, const at::Tensor& other_index,
                        const GatherRows<scalar_t>& in, at::Tensor& out, cudaStream_t stream) {
-  using acc_t = at::opmath_type<scalar_t>;
-  const int64_t num_edges = grad_out.size(0), num_rows = out.size(0), feat_dim = out.size(1);
-  const int64_t piece_edges = piece_edges_for(num_edges);
-  const int64_t max_pieces = small_max_pieces(num_edges, piece_edges);
-  at::Tensor storage = at::empty({num_rows + 1 + num_edges + 3 * max_pieces},
-                                 out.options().dtype(at::kInt));
-  int32_t* base = storage.mutable_data_ptr<int32_t>();
-  const SmallGradLists lists{base, base + num_rows + 1, base + num_rows + 1 + num_edges,
-                             base + num_rows + 1 + num_edges + max_pieces,
-                             base + num_rows + 1 + num_edges + 2 * max_pieces};
-  at::Tensor partial;
-  if (max_pieces > 0) {
-    partial = at::empty({max_pieces, feat_dim},
-                        out.options().dtype(at::toOpMathType(out.scalar_type())));
-  }
-  const int64_t rows_per_block = std::clamp<int64_t>(
-      (num_rows + kSmallPlanBlocks - 1) / kSmallPlanBlocks, 1, kSmallPlanMaxRows);
-  const int64_t plan_grid = (num_rows + rows_per_block - 1) / rows_per_block;
-  edge_dot_grad_small_plan_kernel<index_t><<<plan_grid, kSmallPlanThreads, 0, stream>>>(
-      scatter_index.const_data_ptr<index_t>(), scatter_index.stride(0), num_edges, num_rows,
-      rows_per_block, piece_edges, lists);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
-  const int64_t warps_per_block = kSmallThreads / kWarp;
-  const int64_t items = num_rows + max_pieces;
-  edge_dot_grad_small_kernel<scalar_t, index_t, VEC, TRIPLE>
-      <<<(items + warps_per_block - 1) / warps_per_block, kSmallThreads, 0, stream>>>(
-          grad_out.const_data_ptr<scalar_t>(), gather_index.const_data_ptr<index_t>(),
-          gather_index.stride(0), x_gather.size(0),
-          TRIPLE ? other_index.const_data_ptr<index_t>() : nullptr,
-          TRIPLE ? other_index.stride(0) : 0, TRIPLE ? x_other.size(0) : 0, in, lists,
-          num_rows, feat_dim, piece_edges, max_pieces, out.mutable_data_ptr<scalar_t>(),
-          partial.defined() ? partial.mutable_data_ptr<acc_t>() : nullptr);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  const SmallGradSide<scalar_t> side{x_gather, scatter_index, gather_index, x_other,
+                                     other_index, in, out};
+  launch_small_grads<scalar_t, index_t, VEC, TRIPLE>(grad_out, &side, 1, stream);
 }
 
 // out[scatter[e]] += grad[e] * (x_other[other[e]] *) x_gather[gather[e]], one call per
@@ -788,10 +960,65 @@ at::Tensor edge_dot_grad_cuda(const at::Tensor& grad_out_in, const at::Tensor& x
   return out;
 }
 
+// Both gradients of edge_dot. When both sides take the small-E path at one vector width, one
+// plan and one sum launch serve the two (launch_small_grads); otherwise each side is
+// edge_dot_grad_cuda's. The same bits either way.
+std::tuple<at::Tensor, at::Tensor> edge_dot_pair_grad_cuda(const at::Tensor& grad_out_in,
+                                                           const at::Tensor& x_src_in,
+                                                           const at::Tensor& x_dst_in,
+                                                           const at::Tensor& src_index,
+                                                           const at::Tensor& dst_index) {
+  const c10::cuda::OptionalCUDAGuard guard(x_src_in.device());
+  const at::Tensor x_src = unit_column_stride(x_src_in);
+  const at::Tensor x_dst = unit_column_stride(x_dst_in);
+  const at::Tensor grad_out = grad_out_in.contiguous();
+  const int64_t num_edges = grad_out.size(0), feat_dim = x_src.size(1);
+  const int64_t num_src = x_src.size(0), num_dst = x_dst.size(0);
+  const at::Tensor none;
+  auto by_sides = [&] {
+    return std::make_tuple(
+        edge_dot_grad_cuda(grad_out, x_dst, src_index, dst_index, none, none, num_src),
+        edge_dot_grad_cuda(grad_out, x_src, dst_index, src_index, none, none, num_dst));
+  };
+  const int widest = 16 / static_cast<int>(x_src.element_size());
+  if (num_edges == 0 || num_src == 0 || num_dst == 0 || feat_dim == 0 ||
+      !small_grad_fits(num_edges, std::max(num_src, num_dst), feat_dim, widest)) {
+    return by_sides();
+  }
+  at::Tensor grad_src = at::empty({num_src, feat_dim}, x_src.options());
+  at::Tensor grad_dst = at::empty({num_dst, feat_dim}, x_dst.options());
+  bool together = false;
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x_src.scalar_type(), "edge_dot_pair_grad_cuda", [&] {
+    AT_DISPATCH_INDEX_TYPES(src_index.scalar_type(), "edge_dot_pair_grad_cuda", [&] {
+      const int width = choose_width<scalar_t, false>(x_dst, none, grad_src);
+      if (width != choose_width<scalar_t, false>(x_src, none, grad_dst) ||
+          !small_grad_fits(num_edges, std::max(num_src, num_dst), feat_dim, width)) {
+        return;
+      }
+      const SmallGradSide<scalar_t> sides[2] = {
+          {x_dst, src_index, dst_index, none, none,
+           GatherRows<scalar_t>{x_dst.const_data_ptr<scalar_t>(), x_dst.stride(0), nullptr, 0},
+           grad_src},
+          {x_src, dst_index, src_index, none, none,
+           GatherRows<scalar_t>{x_src.const_data_ptr<scalar_t>(), x_src.stride(0), nullptr, 0},
+           grad_dst}};
+      const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+      constexpr int kVec = 16 / sizeof(scalar_t);
+      if (width == kVec) {
+        launch_small_grads<scalar_t, index_t, kVec, false>(grad_out, sides, 2, stream);
+      } else {
+        launch_small_grads<scalar_t, index_t, 1, false>(grad_out, sides, 2, stream);
+      }
+      together = true;
+    });
+  });
+  return together ? std::make_tuple(grad_src, grad_dst) : by_sides();
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(pyg_edgedot, CUDA, m) {
-  impl_edge_dot_ops<&edge_dot_cuda, &edge_dot_grad_cuda>(m);
+  impl_edge_dot_ops<&edge_dot_cuda, &edge_dot_grad_cuda, &edge_dot_pair_grad_cuda>(m);
 }
 
 }  // namespace pyg_edgedot

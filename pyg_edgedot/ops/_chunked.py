@@ -41,15 +41,16 @@ def record_first_bad(first_bad: Tensor, start: int, bad: Tensor) -> None:
 
 
 def scores(x_src: Tensor, x_dst: Tensor, src_index: Tensor, dst_index: Tensor,
-           rel: Optional[Tensor] = None,
-           rel_index: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
+           rel: Optional[Tensor] = None, rel_index: Optional[Tensor] = None,
+           report_bad: bool = True) -> Tuple[Tensor, Tensor]:
     """out[e] = sum_k x_src[s_e, k] (* rel[t_e, k]) * x_dst[d_e, k]; the relation factor only
-    when ``rel`` is given. Returns ``(out, first_bad)``."""
+    when ``rel`` is given. Returns ``(out, first_bad)``; ``first_bad`` empty without
+    ``report_bad`` (the ops' contract: no work, here no host reads, for a report nobody reads)."""
     num_edges = src_index.numel()
     num_src, num_dst = x_src.size(0), x_dst.size(0)
     num_rel = 1 if rel is None else rel.size(0)
     out = torch.empty(num_edges, dtype=x_src.dtype, device=x_src.device)
-    first_bad = new_first_bad(x_src)
+    first_bad = new_first_bad(x_src) if report_bad else src_index.new_empty(0, dtype=torch.int64)
     acc = acc_dtype(x_src.dtype)
     step = chunk_size(x_src.size(1))
     for start in range(0, num_edges, step):
@@ -68,7 +69,8 @@ def scores(x_src: Tensor, x_dst: Tensor, src_index: Tensor, dst_index: Tensor,
             score = (rows * x_dst[dst].to(acc)).sum(-1)
             score = score.masked_fill(~ok, float("nan"))
         out[start:start + step] = score.to(out.dtype)
-        record_first_bad(first_bad, start, ~ok)
+        if report_bad:
+            record_first_bad(first_bad, start, ~ok)
     return out, first_bad
 
 

@@ -53,14 +53,14 @@ def edge_dot(x_src: Tensor, x_dst: Tensor, edge_index: Tensor, rel: Optional[Ten
         edge_type (Tensor, optional): ``[E]`` int64 or int32, the row of ``rel`` each edge
             uses; required when ``R > 1`` (converted to ``edge_index``'s dtype if it differs).
         validate (bool): raise ``IndexError`` naming the first edge whose index is out
-            of range (negative or too large). The kernel always checks bounds as it reads
-            and records the first bad edge; ``validate`` decides whether the host reads
-            that number back. On the CPU that is free. On CUDA it is one device-to-host
-            synchronization, paid once per index tensor: an ``edge_index`` (and
-            ``edge_type``) found in range is remembered, and later calls with the same
-            tensor, not modified in place since and indexing at least as many rows, skip
-            the read. Skipped inside ``torch.compile`` graphs, on meta tensors and while a
-            CUDA graph is captured. Unchecked, an out-of-range edge scores NaN and
+            of range (negative or too large). The kernel always checks bounds as it reads;
+            when the host will read the first bad edge back, the kernel records it. On the
+            CPU that is free. On CUDA it is one device-to-host synchronization, paid once
+            per index tensor: an ``edge_index`` (and ``edge_type``) found in range is
+            remembered, and later calls with the same tensor, not modified in place since
+            and indexing at least as many rows, skip the read and the recording. Skipped
+            inside ``torch.compile`` graphs, on meta tensors and while a CUDA graph is
+            captured. Unchecked, an out-of-range edge scores NaN and
             contributes no gradient. Either way, no memory outside the inputs is ever read
             and the CUDA context stays usable.
 
@@ -77,8 +77,12 @@ def edge_dot(x_src: Tensor, x_dst: Tensor, edge_index: Tensor, rel: Optional[Ten
     if rel is not None or edge_type is not None:
         return edge_dot_rel(x_src, x_dst, edge_index, rel, edge_type, validate)
     src_index, dst_index = edge_index[0], edge_index[1]
-    out, first_bad = torch.ops.pyg_edgedot.edge_dot(x_src, x_dst, src_index, dst_index)
-    _checks.raise_if_edge_out_of_range(NAME, validate, first_bad, edge_index, x_src, x_dst)
+    # Whether first_bad will be read, decided before the call: the op fills it only then (on
+    # CUDA a memset and the kernel's atomics; an edge_index already validated needs neither).
+    report = _checks.reads_first_bad(validate, x_src.device,
+                                     _checks.edge_keys(edge_index, x_src, x_dst))
+    out, first_bad = torch.ops.pyg_edgedot.edge_dot(x_src, x_dst, src_index, dst_index, report)
+    _checks.raise_if_edge_out_of_range(NAME, report, first_bad, edge_index, x_src, x_dst)
     return out
 
 
@@ -98,11 +102,11 @@ def _check_grad_args(grad_out, x_gather, scatter_index, gather_index, num_rows) 
     return _checks.check_num_rows("edge_dot_grad", num_rows)
 
 
-def _fallback_forward(x_src, x_dst, src_index, dst_index):
+def _fallback_forward(x_src, x_dst, src_index, dst_index, report_bad=True):
     """out[e] = sum_k x_src[src_index[e], k] * x_dst[dst_index[e], k], in chunks; returns
     ``(out, first_bad)``."""
     _check_forward_args(x_src, x_dst, src_index, dst_index)
-    return _chunked.scores(x_src, x_dst, src_index, dst_index)
+    return _chunked.scores(x_src, x_dst, src_index, dst_index, report_bad=report_bad)
 
 
 def _fallback_grad(grad_out, x_gather, scatter_index, gather_index, num_rows):
@@ -111,15 +115,34 @@ def _fallback_grad(grad_out, x_gather, scatter_index, gather_index, num_rows):
     return _chunked.scatter(grad_out, x_gather, scatter_index, gather_index, num_rows)
 
 
+def _check_pair_grad_args(grad_out, x_src, x_dst, src_index, dst_index) -> None:
+    _checks.check_op_args("edge_dot_pair_grad", [("x_src", x_src), ("x_dst", x_dst)],
+                          [("src_index", src_index), ("dst_index", dst_index)], grad_out)
+
+
+def _by_sides(grad):
+    """``edge_dot_pair_grad`` from a one-sided gradient implementation ``grad``."""
+    def pair_grad(grad_out, x_src, x_dst, src_index, dst_index):
+        _check_pair_grad_args(grad_out, x_src, x_dst, src_index, dst_index)
+        return (grad(grad_out, x_dst, src_index, dst_index, x_src.shape[0]),
+                grad(grad_out, x_src, dst_index, src_index, x_dst.shape[0]))
+    return pair_grad
+
+
 def fallback_impls() -> dict:
-    return {"edge_dot": _fallback_forward, "edge_dot_grad": _fallback_grad}
+    return {"edge_dot": _fallback_forward, "edge_dot_grad": _fallback_grad,
+            "edge_dot_pair_grad": _by_sides(_fallback_grad)}
 
 
 def pair_grads(needs_input_grad, grad_out: Tensor, x_src: Tensor, x_dst: Tensor,
                src_index: Tensor, dst_index: Tensor):
     """The gradients of ``sum_e grad_out[e] * <x_src[src_index[e]], x_dst[dst_index[e]]>``
-    for x_src and x_dst (None where not needed): one ``edge_dot_grad`` per side. Shared by
-    every op whose scores are such pairs (``edge_dot``, ``score_candidates``)."""
+    for x_src and x_dst (None where not needed): one ``edge_dot_pair_grad`` for both, one
+    ``edge_dot_grad`` for one. Shared by every op whose scores are such pairs (``edge_dot``,
+    ``score_candidates``)."""
+    if needs_input_grad[0] and needs_input_grad[1]:
+        return torch.ops.pyg_edgedot.edge_dot_pair_grad(grad_out, x_src, x_dst, src_index,
+                                                        dst_index)
     grad_src = grad_dst = None
     if needs_input_grad[0]:
         grad_src = torch.ops.pyg_edgedot.edge_dot_grad(
@@ -133,42 +156,48 @@ def pair_grads(needs_input_grad, grad_out: Tensor, x_src: Tensor, x_dst: Tensor,
 def triton_impls() -> dict:
     from . import edge_dot_triton  # imports triton: only on the CUDA-without-nvcc path
 
-    def forward(x_src, x_dst, src_index, dst_index):
+    def forward(x_src, x_dst, src_index, dst_index, report_bad=True):
         _check_forward_args(x_src, x_dst, src_index, dst_index)
-        return edge_dot_triton.edge_dot(x_src, x_dst, src_index, dst_index)
+        return edge_dot_triton.edge_dot(x_src, x_dst, src_index, dst_index, report_bad)
 
     def grad(grad_out, x_gather, scatter_index, gather_index, num_rows):
         num_rows = _check_grad_args(grad_out, x_gather, scatter_index, gather_index, num_rows)
         return edge_dot_triton.edge_dot_grad(grad_out, x_gather, scatter_index, gather_index,
                                              num_rows)
 
-    return {"edge_dot": forward, "edge_dot_grad": grad}
+    return {"edge_dot": forward, "edge_dot_grad": grad, "edge_dot_pair_grad": _by_sides(grad)}
 
 
 def register_fake_and_autograd() -> None:
     @torch.library.register_fake("pyg_edgedot::edge_dot")
-    def _edge_dot_fake(x_src, x_dst, src_index, dst_index):
+    def _edge_dot_fake(x_src, x_dst, src_index, dst_index, report_bad=True):
         torch._check(x_src.dim() == 2 and x_dst.dim() == 2)
         torch._check(src_index.dim() == 1 and dst_index.shape == src_index.shape)
-        return x_src.new_empty(src_index.shape), src_index.new_empty(1, dtype=torch.int64)
+        return (x_src.new_empty(src_index.shape),
+                src_index.new_empty(1 if report_bad else 0, dtype=torch.int64))
 
     @torch.library.register_fake("pyg_edgedot::edge_dot_grad")
     def _edge_dot_grad_fake(grad_out, x_gather, scatter_index, gather_index, num_rows):
         torch._check(x_gather.dim() == 2)
         return x_gather.new_empty((num_rows, x_gather.shape[1]))
 
+    @torch.library.register_fake("pyg_edgedot::edge_dot_pair_grad")
+    def _edge_dot_pair_grad_fake(grad_out, x_src, x_dst, src_index, dst_index):
+        torch._check(x_src.dim() == 2 and x_dst.dim() == 2)
+        return x_src.new_empty(x_src.shape), x_dst.new_empty(x_dst.shape)
+
     def setup_context(ctx, inputs, output):
-        ctx.save_for_backward(*inputs)
+        ctx.save_for_backward(*inputs[:4])
         # first_bad (int64) has no gradient: left undefined, not a zero tensor (a fill kernel
         # per backward on CUDA).
         ctx.set_materialize_grads(False)
 
     def backward(ctx, grad_out, _grad_first_bad):
         if grad_out is None:
-            return None, None, None, None
+            return None, None, None, None, None
         x_src, x_dst, src_index, dst_index = ctx.saved_tensors
         return (*pair_grads(ctx.needs_input_grad, grad_out.contiguous(), x_src, x_dst,
-                            src_index, dst_index), None, None)
+                            src_index, dst_index), None, None, None)
 
     torch.library.register_autograd("pyg_edgedot::edge_dot", backward,
                                     setup_context=setup_context)
@@ -184,7 +213,7 @@ def register_fake_and_autograd() -> None:
         grad_grad_out = grad_x_gather = None
         if ctx.needs_input_grad[0]:
             score, _ = torch.ops.pyg_edgedot.edge_dot(grad_rows, x_gather, scatter_index,
-                                                      gather_index)
+                                                      gather_index, False)
             grad_grad_out = _chunked.zero_out_of_range(
                 score, (scatter_index, grad_rows.shape[0]), (gather_index, x_gather.shape[0]))
         if ctx.needs_input_grad[1]:
@@ -194,3 +223,27 @@ def register_fake_and_autograd() -> None:
 
     torch.library.register_autograd("pyg_edgedot::edge_dot_grad", grad_backward,
                                     setup_context=setup_grad_context)
+
+    def setup_pair_grad_context(ctx, inputs, output):
+        ctx.save_for_backward(*inputs)
+
+    def pair_grad_backward(ctx, grad_src_rows, grad_dst_rows):
+        # (grad_src, grad_dst) = edge_dot_pair_grad(g, x_src, x_dst, s, d) adds g_e * x_dst[d_e]
+        # to grad_src[s_e] and g_e * x_src[s_e] to grad_dst[d_e]: d/dg_e is two forward
+        # scores, <grad_src_rows[s_e], x_dst[d_e]> + <x_src[s_e], grad_dst_rows[d_e]>, and
+        # (d/dx_src, d/dx_dst) the pair op itself on (grad_src_rows, grad_dst_rows).
+        grad_out, x_src, x_dst, src_index, dst_index = ctx.saved_tensors
+        grad_grad_out = None
+        if ctx.needs_input_grad[0]:
+            score = (torch.ops.pyg_edgedot.edge_dot(grad_src_rows, x_dst, src_index, dst_index,
+                                                    False)[0]
+                     + torch.ops.pyg_edgedot.edge_dot(x_src, grad_dst_rows, src_index,
+                                                      dst_index, False)[0])
+            grad_grad_out = _chunked.zero_out_of_range(
+                score, (src_index, x_src.shape[0]), (dst_index, x_dst.shape[0]))
+        grad_x_src, grad_x_dst = pair_grads(ctx.needs_input_grad[1:3], grad_out, grad_src_rows,
+                                            grad_dst_rows, src_index, dst_index)
+        return grad_grad_out, grad_x_src, grad_x_dst, None, None
+
+    torch.library.register_autograd("pyg_edgedot::edge_dot_pair_grad", pair_grad_backward,
+                                    setup_context=setup_pair_grad_context)

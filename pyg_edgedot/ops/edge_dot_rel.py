@@ -28,14 +28,15 @@ def edge_dot_rel(x_src: Tensor, x_dst: Tensor, edge_index: Tensor, rel: Optional
         rel_index = src_index.new_zeros(1).expand(src_index.size(0))
     else:
         rel_index = edge_type.to(src_index.dtype)
-    out, first_bad = torch.ops.pyg_edgedot.edge_dot_rel(x_src, x_dst, rel, src_index,
-                                                        dst_index, rel_index)
     num_src, num_dst, num_rel = x_src.size(0), x_dst.size(0), rel.size(0)
-    keys = [(edge_index, (num_src, num_dst))]
+    keys = _checks.edge_keys(edge_index, x_src, x_dst)
     if edge_type is not None:
         keys.append((edge_type, (num_rel,)))
+    report = _checks.reads_first_bad(validate, x_src.device, keys)  # as in edge_dot
+    out, first_bad = torch.ops.pyg_edgedot.edge_dot_rel(x_src, x_dst, rel, src_index,
+                                                        dst_index, rel_index, report)
     _checks.raise_if_out_of_range(
-        op, validate, first_bad, keys,
+        op, report, first_bad, keys,
         lambda: [_checks.Bound("edge_index[0]", src_index, "x_src", num_src),
                  _checks.Bound("edge_index[1]", dst_index, "x_dst", num_dst),
                  _checks.Bound("edge_type", rel_index, "rel", num_rel)], "edge")
@@ -46,12 +47,12 @@ def edge_dot_rel(x_src: Tensor, x_dst: Tensor, edge_index: Tensor, rel: Optional
 # The registered ops' Python side
 # ---------------------------------------------------------------------------------------
 
-def _fallback_forward(x_src, x_dst, rel, src_index, dst_index, rel_index):
+def _fallback_forward(x_src, x_dst, rel, src_index, dst_index, rel_index, report_bad=True):
     """out[e] = sum_k x_src[s_e, k] * rel[t_e, k] * x_dst[d_e, k], in chunks."""
     _checks.check_op_args("edge_dot_rel", [("x_src", x_src), ("x_dst", x_dst), ("rel", rel)],
                           [("src_index", src_index), ("dst_index", dst_index),
                            ("rel_index", rel_index)])
-    return _chunked.scores(x_src, x_dst, src_index, dst_index, rel, rel_index)
+    return _chunked.scores(x_src, x_dst, src_index, dst_index, rel, rel_index, report_bad)
 
 
 def _fallback_grad(grad_out, x_a, x_b, scatter_index, a_index, b_index, num_rows):
@@ -69,11 +70,13 @@ def fallback_impls() -> dict:
 
 def register_fake_and_autograd() -> None:
     @torch.library.register_fake("pyg_edgedot::edge_dot_rel")
-    def _edge_dot_rel_fake(x_src, x_dst, rel, src_index, dst_index, rel_index):
+    def _edge_dot_rel_fake(x_src, x_dst, rel, src_index, dst_index, rel_index,
+                           report_bad=True):
         torch._check(x_src.dim() == 2 and x_dst.dim() == 2 and rel.dim() == 2)
         torch._check(src_index.dim() == 1 and dst_index.shape == src_index.shape)
         torch._check(rel_index.shape == src_index.shape)
-        return x_src.new_empty(src_index.shape), src_index.new_empty(1, dtype=torch.int64)
+        return (x_src.new_empty(src_index.shape),
+                src_index.new_empty(1 if report_bad else 0, dtype=torch.int64))
 
     @torch.library.register_fake("pyg_edgedot::edge_dot_rel_grad")
     def _edge_dot_rel_grad_fake(grad_out, x_a, x_b, scatter_index, a_index, b_index,
@@ -82,12 +85,12 @@ def register_fake_and_autograd() -> None:
         return x_b.new_empty((num_rows, x_b.shape[1]))
 
     def setup_context(ctx, inputs, output):
-        ctx.save_for_backward(*inputs)
+        ctx.save_for_backward(*inputs[:6])
         ctx.set_materialize_grads(False)  # no zero tensor (a fill kernel) for first_bad
 
     def backward(ctx, grad_out, _grad_first_bad):
         if grad_out is None:
-            return None, None, None, None, None, None
+            return None, None, None, None, None, None, None
         x_src, x_dst, rel, src_index, dst_index, rel_index = ctx.saved_tensors
         grad = torch.ops.pyg_edgedot.edge_dot_rel_grad
         grad_out = grad_out.contiguous()
@@ -101,7 +104,7 @@ def register_fake_and_autograd() -> None:
         if ctx.needs_input_grad[2]:
             grad_rel = grad(grad_out, x_src, x_dst, rel_index, src_index, dst_index,
                             rel.shape[0])
-        return grad_src, grad_dst, grad_rel, None, None, None
+        return grad_src, grad_dst, grad_rel, None, None, None, None
 
     torch.library.register_autograd("pyg_edgedot::edge_dot_rel", backward,
                                     setup_context=setup_context)
@@ -117,7 +120,7 @@ def register_fake_and_autograd() -> None:
         grads = [None, None, None]
         if ctx.needs_input_grad[0]:
             score, _ = torch.ops.pyg_edgedot.edge_dot_rel(grad_rows, x_b, x_a, scatter_index,
-                                                          b_index, a_index)
+                                                          b_index, a_index, False)
             grads[0] = _chunked.zero_out_of_range(
                 score, (scatter_index, grad_rows.shape[0]), (a_index, x_a.shape[0]),
                 (b_index, x_b.shape[0]))

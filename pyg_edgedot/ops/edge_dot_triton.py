@@ -149,10 +149,11 @@ if triton is not None:
         x_src_ptr, x_dst_ptr,            # [N_src, D], [N_dst, D]; column stride 1
         src_index_ptr, dst_index_ptr,    # [E] int32/int64, strided
         out_ptr,                         # [E] dtype of x
-        first_bad_ptr,                   # [1] int64: -1, or the smallest bad edge
+        first_bad_ptr,                   # [1] int64: -1, or the smallest bad edge (REPORT_BAD)
         num_edges, num_src, num_dst, feat_dim,
         src_row_stride, dst_row_stride, src_index_stride, dst_index_stride,
         ACC_DTYPE: tl.constexpr, BLOCK_E: tl.constexpr, BLOCK_D: tl.constexpr,
+        REPORT_BAD: tl.constexpr,
     ):
         # One program: BLOCK_E consecutive edges; the tile loop walks the columns.
         edges = tl.program_id(0).to(tl.int64) * BLOCK_E + tl.arange(0, BLOCK_E)
@@ -165,8 +166,9 @@ if triton is not None:
         # Each bad edge lowers first_bad itself (no block-wide reduction, nothing executed when
         # every edge is in range). -1 is the largest value as unsigned, so an unsigned min keeps
         # the smallest bad edge.
-        first_bad_slot = first_bad_ptr.to(tl.pointer_type(tl.uint64)) + tl.zeros_like(edges)
-        tl.atomic_min(first_bad_slot, edges.to(tl.uint64), mask=in_range & ~valid)
+        if REPORT_BAD:
+            first_bad_slot = first_bad_ptr.to(tl.pointer_type(tl.uint64)) + tl.zeros_like(edges)
+            tl.atomic_min(first_bad_slot, edges.to(tl.uint64), mask=in_range & ~valid)
         src_rows = x_src_ptr + tl.where(valid, src, 0) * src_row_stride
         dst_rows = x_dst_ptr + tl.where(valid, dst, 0) * dst_row_stride
         acc = tl.zeros((BLOCK_E, BLOCK_D), dtype=ACC_DTYPE)
@@ -301,19 +303,23 @@ def _require_triton() -> None:
 # Ops
 # ---------------------------------------------------------------------------------------
 
-def edge_dot(x_src: Tensor, x_dst: Tensor, src_index: Tensor,
-             dst_index: Tensor) -> Tuple[Tensor, Tensor]:
+def edge_dot(x_src: Tensor, x_dst: Tensor, src_index: Tensor, dst_index: Tensor,
+             report_bad: bool = True) -> Tuple[Tensor, Tensor]:
     """out[e] = sum_k x_src[src_index[e], k] * x_dst[dst_index[e], k].
 
     Returns ``(out, first_bad)``: ``out`` [E] in the dtype of x (NaN for an edge with an
-    index out of range), ``first_bad`` [1] int64, the smallest such edge or -1.
+    index out of range), ``first_bad`` [1] int64, the smallest such edge or -1; empty, and
+    not computed, without ``report_bad``.
     """
     _require_triton()
     x_src, x_dst = _unit_column_stride(x_src), _unit_column_stride(x_dst)
     num_edges = src_index.size(0)
     num_src, num_dst, feat_dim = x_src.size(0), x_dst.size(0), x_src.size(1)
     out = torch.empty(num_edges, dtype=x_src.dtype, device=x_src.device)
-    first_bad = torch.full((1,), -1, dtype=torch.int64, device=x_src.device)
+    if report_bad:
+        first_bad = torch.full((1,), -1, dtype=torch.int64, device=x_src.device)
+    else:
+        first_bad = torch.empty(0, dtype=torch.int64, device=x_src.device)
     if num_edges == 0:
         return out, first_bad
     if num_src == 0 or num_dst == 0:  # every edge is out of range, edge 0 first
@@ -326,7 +332,7 @@ def edge_dot(x_src: Tensor, x_dst: Tensor, src_index: Tensor,
             num_edges, num_src, num_dst, feat_dim,
             x_src.stride(0), x_dst.stride(0), src_index.stride(0), dst_index.stride(0),
             ACC_DTYPE=_TL_ACC[_acc_dtype(x_src.dtype)], BLOCK_E=block_e, BLOCK_D=block_d,
-            num_warps=num_warps, num_stages=num_stages)
+            REPORT_BAD=report_bad, num_warps=num_warps, num_stages=num_stages)
     return out, first_bad
 
 
