@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "check.h"
 #include "counter_rng.h"
@@ -195,6 +196,28 @@ inline Mode parse_mode(c10::string_view mode) {
   return Mode::kUndirected;
 }
 
+// f(std::integral_constant<Mode, mode>()): the instance of a kernel templated on the mode for
+// the mode a call names.
+template <typename F>
+void dispatch_mode(Mode mode, F&& f) {
+  if (mode == Mode::kDirected) {
+    f(std::integral_constant<Mode, Mode::kDirected>());
+  } else if (mode == Mode::kNoLoops) {
+    f(std::integral_constant<Mode, Mode::kNoLoops>());
+  } else {
+    f(std::integral_constant<Mode, Mode::kUndirected>());
+  }
+}
+
+// The size of mode's key space over n_src x n_dst nodes (n_src, n_dst >= 0), in 128 bits: the
+// checks compare it with 2^62 before narrowing it.
+inline __int128 key_space_size(Mode mode, int64_t n_src, int64_t n_dst) {
+  const __int128 s = n_src, d = n_dst;
+  if (mode == Mode::kUndirected) return s * (s > 0 ? s - 1 : 0) / 2;
+  if (mode == Mode::kNoLoops) return d > 0 ? s * (d - 1) : 0;
+  return s * d;
+}
+
 struct Plan {
   Mode mode;
   int64_t columns;  // of the [2, columns] output
@@ -239,10 +262,7 @@ inline EdgeKeys check_excluded_edge_keys(const at::Tensor& edge_index,
                     op, ": num_src_nodes and num_dst_nodes must be >= 0, and equal unless mode "
                     "is 'directed' (got ", std::to_string(num_src_nodes), ", ",
                     std::to_string(num_dst_nodes), ")");
-  const __int128 n_src = num_src_nodes, n_dst = num_dst_nodes;
-  const __int128 num_keys = mode == Mode::kDirected ? n_src * n_dst
-                            : mode == Mode::kNoLoops ? (n_dst > 0 ? n_src * (n_dst - 1) : 0)
-                                                     : n_src * (n_src > 0 ? n_src - 1 : 0) / 2;
+  const __int128 num_keys = key_space_size(mode, num_src_nodes, num_dst_nodes);
   PYG_EDGEDOT_CHECK(num_keys < (static_cast<__int128>(1) << 62), op, ": ",
                     std::to_string(num_src_nodes), " x ", std::to_string(num_dst_nodes),
                     " nodes give 2^62 keys or more");
@@ -268,11 +288,7 @@ inline Plan check_negative_sample(const at::Tensor& excluded_adj, int64_t num_ra
                     "first_round >= -1 (got ", std::to_string(num_src_nodes), ", ",
                     std::to_string(num_dst_nodes), ", ", std::to_string(num_ranks), ", ",
                     std::to_string(count), ", ", std::to_string(first_round), ")");
-  const __int128 width = mode == Mode::kNoLoops ? num_dst_nodes - 1 : num_dst_nodes;
-  const __int128 zero = 0;
-  const __int128 num_keys =
-      mode == Mode::kUndirected ? static_cast<__int128>(num_src_nodes) * (num_src_nodes - 1) / 2
-                                : static_cast<__int128>(num_src_nodes) * (width > 0 ? width : zero);
+  const __int128 num_keys = key_space_size(mode, num_src_nodes, num_dst_nodes);
   PYG_EDGEDOT_CHECK(num_keys < (static_cast<__int128>(1) << 62) &&
                         num_ranks + excluded_adj.numel() == static_cast<int64_t>(num_keys),
                     op, ": num_ranks + len(excluded_adj) must be the number of ",
@@ -283,7 +299,8 @@ inline Plan check_negative_sample(const at::Tensor& excluded_adj, int64_t num_ra
   PYG_EDGEDOT_CHECK(count == 0 || (replace ? num_ranks > 0 : count <= num_ranks), op,
                     ": cannot draw ", std::to_string(count),
                     replace ? " keys from " : " distinct keys from ", std::to_string(num_ranks));
-  const int64_t row_width = static_cast<int64_t>(width > 1 ? width : static_cast<__int128>(1));
+  const int64_t width = mode == Mode::kNoLoops ? num_dst_nodes - 1 : num_dst_nodes;
+  const int64_t row_width = width > 1 ? width : 1;
   return Plan{mode, mode == Mode::kUndirected ? 2 * count : count,
               Decoder{num_src_nodes, row_width, 1.0 / static_cast<double>(row_width)}};
 }

@@ -252,6 +252,17 @@ def op_edge_dot(x_src: Tensor, x_dst: Tensor, src_index: Tensor, dst_index: Tens
     return out, first_bad
 
 
+def cuda_kernels_of(call) -> list:
+    """The names of the CUDA activities (kernels, memsets) that ``call()`` launches, from
+    torch.profiler (empty where the profiler records no CUDA activity)."""
+    from torch.profiler import ProfilerActivity, profile
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        call()
+        torch.cuda.synchronize()
+    return [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+
+
 def fallback_on_cuda(group: str) -> bool:
     """Whether the pure-PyTorch fallback serves ``group``'s ops on CUDA tensors (no compiled
     or Triton kernel there): it reads index checks back per chunk (host syncs), and its sums

@@ -10,8 +10,8 @@ from torch_geometric import EdgeIndex
 import pyg_edgedot
 from pyg_edgedot import edge_dot
 from _helpers import (DEVICES, EI_LAYOUTS, FLOAT_DTYPES, INDEX_DTYPES, OPCHECK_CASES,
-                      OPCHECK_IDS, SHAPE_IDS, SHAPES, X_LAYOUTS, assert_close, dtype_id,
-                      make_edge_index, make_x, randn, op_edge_dot, random_edge_index,
+                      OPCHECK_IDS, SHAPE_IDS, SHAPES, X_LAYOUTS, assert_close, cuda_kernels_of,
+                      dtype_id, make_edge_index, make_x, randn, op_edge_dot, random_edge_index,
                       ref_edge_dot, ref_grads)
 
 
@@ -324,15 +324,6 @@ def test_cpu_avx2_loop_gives_the_baseline_bits(tmp_path):
 # per SM (E * G / 4 <= SMs * 1024), and with edge_dot_fwd_kernel (chunks of edges per warp)
 # otherwise: 1,000 edges take the first, the same edges repeated 300 times the second, and
 # every edge must score the same bits in both (the kernel file says why).
-def _cuda_forward_kernels_of(call) -> list:
-    from torch.profiler import ProfilerActivity, profile
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        call()
-        torch.cuda.synchronize()
-    return [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
-
-
 def _small_and_chunked_problem(gen, feat_dim, dtype, index_dtype=torch.int64):
     if not torch.cuda.is_available():
         pytest.skip("CUDA is not available")
@@ -365,12 +356,11 @@ def test_cuda_small_forward_path(gen):
     # The premise of the test above: which kernel each size takes (D = 128 float32, W1's).
     x_src, x_dst, ei, big_ei = _small_and_chunked_problem(gen, 128, torch.float32)
     torch.ops.pyg_edgedot.edge_dot(x_src, x_dst, ei[0], ei[1])  # warm-up
-    small = _cuda_forward_kernels_of(lambda: torch.ops.pyg_edgedot.edge_dot(x_src, x_dst, ei[0],
-                                                                            ei[1]))
+    small = cuda_kernels_of(lambda: torch.ops.pyg_edgedot.edge_dot(x_src, x_dst, ei[0], ei[1]))
     if not small:
         pytest.skip("the profiler recorded no CUDA activity here")
     assert any("edge_dot_fwd_small_kernel" in name for name in small), small
-    chunked = _cuda_forward_kernels_of(
+    chunked = cuda_kernels_of(
         lambda: torch.ops.pyg_edgedot.edge_dot(x_src, x_dst, big_ei[0], big_ei[1]))
     assert not any("edge_dot_fwd_small_kernel" in name for name in chunked), chunked
     assert any("edge_dot_fwd_kernel" in name for name in chunked), chunked

@@ -6,9 +6,9 @@ from torch_geometric import EdgeIndex
 
 from pyg_edgedot import edge_dot
 from _helpers import (DEVICES, EI_LAYOUTS, FLOAT_DTYPES, HAS_CUDA, INDEX_DTYPES, SHAPE_IDS,
-                      SHAPES, TOL, X_LAYOUTS, _f64, assert_close, cuda_kernel_on_cuda, dtype_id,
-                      leaf, make_edge_index, make_x, randint, randn, random_edge_index,
-                      ref_base_grad, ref_edge_dot, ref_grads, run_backward,
+                      SHAPES, TOL, X_LAYOUTS, _f64, assert_close, cuda_kernel_on_cuda,
+                      cuda_kernels_of, dtype_id, leaf, make_edge_index, make_x, randint, randn,
+                      random_edge_index, ref_base_grad, ref_edge_dot, ref_grads, run_backward,
                       scores_bitwise_alike)
 
 
@@ -360,15 +360,6 @@ def test_cuda_small_backward_matches_sorted_bitwise(graph, feat_dim, dtype, inde
     assert not mismatch, f"rows {mismatch[:10]} differ from the sorted path's bits"
 
 
-def _cuda_kernels_of(call) -> list:
-    from torch.profiler import ProfilerActivity, profile
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        call()
-        torch.cuda.synchronize()
-    return [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
-
-
 def test_cuda_small_backward_path_and_launches(gen):
     # The premise of the test above (which path each call takes), and the small-E path's two
     # launches per gradient: the plan kernel and the summing kernel.
@@ -376,14 +367,14 @@ def test_cuda_small_backward_path_and_launches(gen):
     grad_out, x_gather, x_other, index, num_rows = _small_grad_problem(
         gen, "hub", torch.float32, torch.int64, 32, False)
     _grad_op(False, grad_out, x_gather, x_other, index, num_rows)  # warm-up
-    small = _cuda_kernels_of(lambda: _grad_op(False, grad_out, x_gather, x_other, index,
-                                              num_rows))
+    small = cuda_kernels_of(lambda: _grad_op(False, grad_out, x_gather, x_other, index,
+                                             num_rows))
     if not small:
         pytest.skip("the profiler recorded no CUDA activity here")
     assert len(small) == 2 and all("edge_dot_grad_small" in name for name in small), small
     padded_grad, padded_index = _padded_past_small(grad_out, index, num_rows)
-    sorted_path = _cuda_kernels_of(lambda: _grad_op(False, padded_grad, x_gather, x_other,
-                                                    padded_index, num_rows))
+    sorted_path = cuda_kernels_of(lambda: _grad_op(False, padded_grad, x_gather, x_other,
+                                                   padded_index, num_rows))
     assert not any("edge_dot_grad_small" in name for name in sorted_path), sorted_path
 
 

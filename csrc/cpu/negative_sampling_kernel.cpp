@@ -504,13 +504,9 @@ at::Tensor negative_sample_cpu(const at::Tensor& excluded_adj, int64_t num_ranks
   const Decoder decoder = plan.decoder;
   AT_DISPATCH_INDEX_TYPES(dtype, "negative_sample", [&] {
     index_t* pairs = out.data_ptr<index_t>();
-    if (mode == Mode::kDirected) {
-      write_pairs<Mode::kDirected>(keys, count, decoder, pairs, columns);
-    } else if (mode == Mode::kNoLoops) {
-      write_pairs<Mode::kNoLoops>(keys, count, decoder, pairs, columns);
-    } else {
-      write_pairs<Mode::kUndirected>(keys, count, decoder, pairs, columns);
-    }
+    dispatch_mode(mode, [&](auto mode_tag) {
+      write_pairs<decltype(mode_tag)::value>(keys, count, decoder, pairs, columns);
+    });
   });
   return out;
 }
@@ -579,13 +575,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> excluded_edge_keys_cpu(
     const index_t* dst = src + edge_index.stride(0);
     const int64_t step = edge_index.stride(1);
     int64_t* keys = a.mutable_data_ptr<int64_t>();
-    if (plan.mode == Mode::kDirected) {
-      first_bad = encode_edges<Mode::kDirected>(src, dst, step, n, plan.encoder, keys);
-    } else if (plan.mode == Mode::kNoLoops) {
-      first_bad = encode_edges<Mode::kNoLoops>(src, dst, step, n, plan.encoder, keys);
-    } else {
-      first_bad = encode_edges<Mode::kUndirected>(src, dst, step, n, plan.encoder, keys);
-    }
+    dispatch_mode(plan.mode, [&](auto mode_tag) {
+      first_bad = encode_edges<decltype(mode_tag)::value>(src, dst, step, n, plan.encoder, keys);
+    });
   });
   at::Tensor excluded, adj;
   std::tie(excluded, adj) =

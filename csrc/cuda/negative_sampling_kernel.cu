@@ -333,13 +333,7 @@ void select_keys(int64_t* keys, int64_t* num, int64_t n, const at::TensorOptions
 template <typename F>
 void dispatch_pairs(const at::Tensor& out, Mode mode, F&& f) {
   AT_DISPATCH_INDEX_TYPES(out.scalar_type(), "negative_sample", [&] {
-    if (mode == Mode::kDirected) {
-      f(index_t{}, std::integral_constant<Mode, Mode::kDirected>());
-    } else if (mode == Mode::kNoLoops) {
-      f(index_t{}, std::integral_constant<Mode, Mode::kNoLoops>());
-    } else {
-      f(index_t{}, std::integral_constant<Mode, Mode::kUndirected>());
-    }
+    dispatch_mode(mode, [&](auto mode_tag) { f(index_t{}, mode_tag); });
   });
 }
 
@@ -577,16 +571,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> excluded_edge_keys_cuda(
       const index_t* dst = src + edge_index.stride(0);
       const int64_t step = edge_index.stride(1);
       int64_t* out = keys.mutable_data_ptr<int64_t>();
-      if (plan.mode == Mode::kDirected) {
-        launch(encode_edges_kernel<Mode::kDirected, index_t>, n, stream, src, dst, step, n,
-               plan.encoder, out, first_bad);
-      } else if (plan.mode == Mode::kNoLoops) {
-        launch(encode_edges_kernel<Mode::kNoLoops, index_t>, n, stream, src, dst, step, n,
-               plan.encoder, out, first_bad);
-      } else {
-        launch(encode_edges_kernel<Mode::kUndirected, index_t>, n, stream, src, dst, step, n,
-               plan.encoder, out, first_bad);
-      }
+      dispatch_mode(plan.mode, [&](auto mode_tag) {
+        launch(encode_edges_kernel<decltype(mode_tag)::value, index_t>, n, stream, src, dst,
+               step, n, plan.encoder, out, first_bad);
+      });
     });
   }
   at::Tensor unique, adj;
