@@ -229,26 +229,16 @@ def test_op_without_report(num_edges, device, gen):
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("num_edges", [0, 37])
 @pytest.mark.parametrize("dtypes", OPCHECK_CASES, ids=OPCHECK_IDS)
-def test_opcheck_edge_dot_grad(dtypes, num_edges, device, gen):
-    dtype, index_dtype = dtypes
-    grad_out = randn(gen, num_edges, dtype=dtype, device=device)
-    x_gather = randn(gen, 7, 5, dtype=dtype, device=device)
-    ei = random_edge_index(gen, 9, 7, num_edges, index_dtype, device)
-    torch.library.opcheck(torch.ops.pyg_edgedot.edge_dot_grad.default,
-                          (grad_out, x_gather, ei[0], ei[1], 9))
-
-
-@pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("num_edges", [0, 37])
-@pytest.mark.parametrize("dtypes", OPCHECK_CASES, ids=OPCHECK_IDS)
-def test_opcheck_edge_dot_pair_grad(dtypes, num_edges, device, gen):
+@pytest.mark.parametrize("op", ["edge_dot_grad", "edge_dot_pair_grad"])
+def test_opcheck_grad_ops(op, dtypes, num_edges, device, gen):
     dtype, index_dtype = dtypes
     grad_out = randn(gen, num_edges, dtype=dtype, device=device)
     x_src = randn(gen, 9, 5, dtype=dtype, device=device)
     x_dst = randn(gen, 7, 5, dtype=dtype, device=device)
     ei = random_edge_index(gen, 9, 7, num_edges, index_dtype, device)
-    torch.library.opcheck(torch.ops.pyg_edgedot.edge_dot_pair_grad.default,
-                          (grad_out, x_src, x_dst, ei[0], ei[1]))
+    args = ((grad_out, x_dst, ei[0], ei[1], 9) if op == "edge_dot_grad"
+            else (grad_out, x_src, x_dst, ei[0], ei[1]))
+    torch.library.opcheck(getattr(torch.ops.pyg_edgedot, op).default, args)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -372,12 +362,11 @@ def test_cuda_forward_activities(gen):
     # validate=False, the kernel is the whole forward.
     x_src, x_dst, ei, _ = _small_and_chunked_problem(gen, 128, torch.float32)
     edge_dot(x_src, x_dst, ei.clone())  # warm-up
-    checked = _cuda_forward_kernels_of(lambda: edge_dot(x_src, x_dst, ei))
+    checked = cuda_kernels_of(lambda: edge_dot(x_src, x_dst, ei))
     if not checked:
         pytest.skip("the profiler recorded no CUDA activity here")
     assert any("Memset" in name for name in checked), checked
-    remembered = _cuda_forward_kernels_of(lambda: edge_dot(x_src, x_dst, ei))
-    unchecked = _cuda_forward_kernels_of(lambda: edge_dot(x_src, x_dst, ei.clone(),
-                                                          validate=False))
+    remembered = cuda_kernels_of(lambda: edge_dot(x_src, x_dst, ei))
+    unchecked = cuda_kernels_of(lambda: edge_dot(x_src, x_dst, ei.clone(), validate=False))
     for names in (remembered, unchecked):
         assert len(names) == 1 and "edge_dot_fwd_small_kernel" in names[0], names

@@ -7,7 +7,7 @@ from torch_geometric import EdgeIndex
 from pyg_edgedot import edge_dot
 from _helpers import (DEVICES, EI_LAYOUTS, FLOAT_DTYPES, HAS_CUDA, INDEX_DTYPES, SHAPE_IDS,
                       SHAPES, TOL, X_LAYOUTS, _f64, assert_close, cuda_kernel_on_cuda,
-                      cuda_kernels_of, dtype_id, leaf, make_edge_index, make_x, randint, randn,
+                      cuda_kernels_of, dtype_id, make_edge_index, make_x, randint, randn,
                       random_edge_index, ref_base_grad, ref_edge_dot, ref_grads, run_backward,
                       scores_bitwise_alike)
 
@@ -368,7 +368,7 @@ def test_cuda_small_backward_path_and_launches(gen):
         gen, "hub", torch.float32, torch.int64, 32, False)
     _grad_op(False, grad_out, x_gather, x_other, index, num_rows)  # warm-up
     small = cuda_kernels_of(lambda: _grad_op(False, grad_out, x_gather, x_other, index,
-                                             num_rows))
+                                            num_rows))
     if not small:
         pytest.skip("the profiler recorded no CUDA activity here")
     assert len(small) == 2 and all("edge_dot_grad_small" in name for name in small), small
@@ -420,7 +420,7 @@ def test_cuda_small_pair_grad_launches(gen):
     grad_out, x_src, x_dst, src, dst = _small_pair_problem(gen, "hub", torch.float32,
                                                            torch.int64, 32)
     torch.ops.pyg_edgedot.edge_dot_pair_grad(grad_out, x_src, x_dst, src, dst)  # warm-up
-    names = _cuda_kernels_of(
+    names = cuda_kernels_of(
         lambda: torch.ops.pyg_edgedot.edge_dot_pair_grad(grad_out, x_src, x_dst, src, dst))
     if not names:
         pytest.skip("the profiler recorded no CUDA activity here")
@@ -441,7 +441,7 @@ def test_cuda_w1_forward_backward_activities(gen):
                                    grad_out)
 
     first = step()  # validates ei
-    names = _cuda_kernels_of(step)
+    names = cuda_kernels_of(step)
     if not names:
         pytest.skip("the profiler recorded no CUDA activity here")
     assert len(names) == 3, names
