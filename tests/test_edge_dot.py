@@ -367,6 +367,7 @@ def test_cuda_forward_activities(gen):
         pytest.skip("the profiler recorded no CUDA activity here")
     assert any("Memset" in name for name in checked), checked
     remembered = cuda_kernels_of(lambda: edge_dot(x_src, x_dst, ei))
-    unchecked = cuda_kernels_of(lambda: edge_dot(x_src, x_dst, ei.clone(), validate=False))
+    fresh = ei.clone()
+    unchecked = cuda_kernels_of(lambda: edge_dot(x_src, x_dst, fresh, validate=False))
     for names in (remembered, unchecked):
         assert len(names) == 1 and "edge_dot_fwd_small_kernel" in names[0], names
