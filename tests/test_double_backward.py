@@ -30,8 +30,14 @@ def _leaves(gen, device, *shapes):
 
 # ---- gradgradcheck ---------------------------------------------------------------------------
 
+# Where an op runs the pure-PyTorch fallback on CUDA (the relation and candidate ops on the
+# Triton path; every op under PYG_EDGEDOT_FORCE_FALLBACK=1), its scatter is index_add_, bitwise
+# repeatable only under torch.use_deterministic_algorithms(True); gradgradcheck's reentrancy
+# check needs that, so these tests run under it.
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("index_dtype", [torch.int64, torch.int32])
+@pytest.mark.usefixtures("deterministic_algorithms")
 def test_gradgradcheck_edge_dot(index_dtype, device, gen):
     x_src, x_dst = _leaves(gen, device, (7, 5), (6, 5))
     ei = random_edge_index(gen, 7, 6, 29, index_dtype, device)
@@ -48,6 +54,7 @@ def test_gradgradcheck_edge_dot(index_dtype, device, gen):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.usefixtures("deterministic_algorithms")
 def test_gradgradcheck_edge_dot_pair_grad(device, gen):
     # The pair op's own autograd (edge_dot's backward when both gradients are needed), on
     # every input: grad_out, x_src and x_dst, with an index out of range and a duplicate edge.
@@ -63,9 +70,6 @@ def test_gradgradcheck_edge_dot_pair_grad(device, gen):
     assert autograd.gradgradcheck(pair, (grad_out, x_src, x_dst))
 
 
-# Where a group runs the pure-PyTorch fallback on CUDA (the relation and candidate ops on the
-# Triton path), its scatter is index_add_, bitwise repeatable only under
-# torch.use_deterministic_algorithms(True); gradgradcheck's reentrancy check needs that.
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.usefixtures("deterministic_algorithms")
 def test_gradgradcheck_edge_dot_rel(device, gen):
