@@ -8,11 +8,11 @@ import torch
 from torch_geometric import EdgeIndex
 
 import pyg_edgedot
-from pyg_edgedot import edge_dot
+from pyg_edgedot import edge_dot, score_candidates
 from _helpers import (DEVICES, EI_LAYOUTS, FLOAT_DTYPES, INDEX_DTYPES, OPCHECK_CASES,
                       OPCHECK_IDS, SHAPE_IDS, SHAPES, X_LAYOUTS, assert_close, cuda_kernels_of,
-                      dtype_id, make_edge_index, make_x, randn, op_edge_dot, random_edge_index,
-                      ref_edge_dot, ref_grads)
+                      dtype_id, make_edge_index, make_x, op_edge_dot, randint, randn,
+                      random_edge_index, ref_edge_dot, ref_grads)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -371,3 +371,32 @@ def test_cuda_forward_activities(gen):
     unchecked = cuda_kernels_of(lambda: edge_dot(x_src, x_dst, fresh, validate=False))
     for names in (remembered, unchecked):
         assert len(names) == 1 and "edge_dot_fwd_small_kernel" in names[0], names
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_grad_fn_exactly_where_a_gradient_can_flow(device, gen):
+    # The wrappers enter their ops below the Autograd key when no gradient can flow
+    # (ops/_dispatch.py): each output must track a gradient exactly when eager's would.
+    x_src = randn(gen, 7, 5, device=device)
+    x_dst = randn(gen, 6, 5, device=device)
+    rel = randn(gen, 3, 5, device=device)
+    ei = random_edge_index(gen, 7, 6, 11, torch.int64, device)
+    edge_type = randint(gen, 3, 11, torch.int64, device)
+    cand = randint(gen, 6, 4 * 11, torch.int64, device).view(11, 4)
+    calls = {
+        "edge_dot": lambda a, b, r: edge_dot(a, b, ei),
+        "edge_dot_rel": lambda a, b, r: edge_dot(a, b, ei, r, edge_type),
+        "score_candidates": lambda a, b, r: score_candidates(a, b, ei[0], cand),
+    }
+    for name, call in calls.items():
+        for needs in ([False] * 3, [True, False, False], [False, True, False],
+                      [False, False, True]):
+            a, b, r = (t.clone().requires_grad_(n) for t, n in zip((x_src, x_dst, rel), needs))
+            expect = (needs[0] or needs[1] or (needs[2] and name == "edge_dot_rel"))
+            out = call(a, b, r)
+            assert out.requires_grad == expect and (out.grad_fn is not None) == expect, name
+            with torch.no_grad():
+                assert not call(a, b, r).requires_grad, name
+            if expect:
+                grads = torch.autograd.grad(out.sum(), [t for t in (a, b, r) if t.requires_grad])
+                assert all(g is not None for g in grads), name

@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 
 from .. import _checks
-from . import _chunked
+from . import _chunked, _dispatch
 from .edge_dot import pair_grads
 
 NAME = "candidates"
@@ -73,7 +73,8 @@ def score_candidates(x_src: Tensor, x_dst: Tensor, src_index: Tensor, cand_index
     _checks.check_candidate_index(op, src_index, "src_index", "[N]", x_src)
     _checks.check_candidate_index(op, cand_index, "cand_index", "[N, K]", x_src,
                                   src_index.size(0), like=src_index)
-    out, first_bad = torch.ops.pyg_edgedot.score_candidates(x_src, x_dst, src_index, cand_index)
+    out, first_bad = _dispatch.call(torch.ops.pyg_edgedot.score_candidates, (x_src, x_dst),
+                                    x_src, x_dst, src_index, cand_index)
     num_src, num_dst = x_src.size(0), x_dst.size(0)
     _checks.raise_if_out_of_range(
         op, validate, first_bad, [(src_index, (num_src,)), (cand_index, (num_dst,))],

@@ -11,7 +11,7 @@ import torch
 from torch import Tensor
 
 from .. import _checks
-from . import _chunked
+from . import _chunked, _dispatch
 from .edge_dot_rel import edge_dot_rel
 
 NAME = "edge_dot"
@@ -81,8 +81,10 @@ def edge_dot(x_src: Tensor, x_dst: Tensor, edge_index: Tensor, rel: Optional[Ten
     # CUDA a memset and the kernel's atomics; an edge_index already validated needs neither).
     report = _checks.reads_first_bad(validate, x_src.device,
                                      _checks.edge_keys(edge_index, x_src, x_dst))
-    out, first_bad = torch.ops.pyg_edgedot.edge_dot(x_src, x_dst, src_index, dst_index, report)
-    _checks.raise_if_edge_out_of_range(NAME, report, first_bad, edge_index, x_src, x_dst)
+    out, first_bad = _dispatch.call(torch.ops.pyg_edgedot.edge_dot, (x_src, x_dst), x_src, x_dst,
+                                    src_index, dst_index, report)
+    if report:
+        _checks.raise_if_edge_out_of_range(NAME, report, first_bad, edge_index, x_src, x_dst)
     return out
 
 

@@ -11,7 +11,7 @@ import torch
 from torch import Tensor
 
 from .. import _checks
-from . import _chunked
+from . import _chunked, _dispatch
 
 NAME = "edge_dot_rel"
 
@@ -33,8 +33,8 @@ def edge_dot_rel(x_src: Tensor, x_dst: Tensor, edge_index: Tensor, rel: Optional
     if edge_type is not None:
         keys.append((edge_type, (num_rel,)))
     report = _checks.reads_first_bad(validate, x_src.device, keys)  # as in edge_dot
-    out, first_bad = torch.ops.pyg_edgedot.edge_dot_rel(x_src, x_dst, rel, src_index,
-                                                        dst_index, rel_index, report)
+    out, first_bad = _dispatch.call(torch.ops.pyg_edgedot.edge_dot_rel, (x_src, x_dst, rel),
+                                    x_src, x_dst, rel, src_index, dst_index, rel_index, report)
     _checks.raise_if_out_of_range(
         op, report, first_bad, keys,
         lambda: [_checks.Bound("edge_index[0]", src_index, "x_src", num_src),
