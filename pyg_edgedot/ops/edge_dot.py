@@ -142,16 +142,18 @@ def pair_grads(needs_input_grad, grad_out: Tensor, x_src: Tensor, x_dst: Tensor,
     for x_src and x_dst (None where not needed): one ``edge_dot_pair_grad`` for both, one
     ``edge_dot_grad`` for one. Shared by every op whose scores are such pairs (``edge_dot``,
     ``score_candidates``)."""
+    # Called from a backward: the inputs need a gradient only under create_graph=True.
+    ops, inputs = torch.ops.pyg_edgedot, (grad_out, x_src, x_dst)
     if needs_input_grad[0] and needs_input_grad[1]:
-        return torch.ops.pyg_edgedot.edge_dot_pair_grad(grad_out, x_src, x_dst, src_index,
-                                                        dst_index)
+        return _dispatch.call(ops.edge_dot_pair_grad, inputs, grad_out, x_src, x_dst,
+                              src_index, dst_index)
     grad_src = grad_dst = None
     if needs_input_grad[0]:
-        grad_src = torch.ops.pyg_edgedot.edge_dot_grad(
-            grad_out, x_dst, src_index, dst_index, x_src.shape[0])
+        grad_src = _dispatch.call(ops.edge_dot_grad, inputs, grad_out, x_dst, src_index,
+                                  dst_index, x_src.shape[0])
     if needs_input_grad[1]:
-        grad_dst = torch.ops.pyg_edgedot.edge_dot_grad(
-            grad_out, x_src, dst_index, src_index, x_dst.shape[0])
+        grad_dst = _dispatch.call(ops.edge_dot_grad, inputs, grad_out, x_src, dst_index,
+                                  src_index, x_dst.shape[0])
     return grad_src, grad_dst
 
 
