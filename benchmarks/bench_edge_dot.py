@@ -70,6 +70,8 @@ compile its kernels once per machine); what was skipped is listed. Examples::
     python benchmarks/bench_edge_dot.py --sections host       # the host-overhead table only
     python benchmarks/bench_edge_dot.py --floors              # the floor table for NOTES.md
     python benchmarks/bench_edge_dot.py --from-json benchmarks/results/h200.json
+    python benchmarks/bench_edge_dot.py --from-json benchmarks/results/h200.json --markdown
+                                                              # README's Performance tables
 """
 import argparse
 import datetime as _dt
@@ -86,7 +88,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _host import format_host_table, run_host_overhead  # noqa: E402
 from _peers import METHOD_KEYS, METHODS  # noqa: E402
-from _report import (default_out_path, device_info, format_report, plot,  # noqa: E402
+from _report import (default_out_path, device_info, format_report, plot, readme_tables,  # noqa: E402
                      software_info, table_header)
 from _runner import Run, probe_sampled_addmm, run_giant, run_workload  # noqa: E402
 from _timing import FATAL_MARKERS, Bench, Options, short_error  # noqa: E402
@@ -131,6 +133,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="GB/s for --floors (default: the H200's 4,300)")
     p.add_argument("--from-json", type=Path, default=None,
                    help="print the table and redraw the plot of an earlier (even partial) run")
+    p.add_argument("--markdown", action="store_true",
+                   help="with --from-json: print README's two Performance tables instead")
     p.add_argument("--inject-oom", default=None, help=argparse.SUPPRESS)  # METHOD@WL[:PHASE]
     return p.parse_args(argv)
 
@@ -150,6 +154,9 @@ def main(argv=None) -> int:
         return 0
     if args.from_json:
         doc = json.loads(args.from_json.read_text())
+        if args.markdown:
+            print(readme_tables(doc))
+            return 0
         print(format_report(doc))
         plot_path = args.plot or args.from_json.with_suffix(".png")
         plot(doc, plot_path)

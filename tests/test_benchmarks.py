@@ -153,6 +153,51 @@ def test_from_json_redraws(quick_run, tmp_path):
     assert "host overhead at Q1" in proc.stdout
 
 
+def _record(workload, order, times, dtype="float32"):
+    """A results record with fwd / fwdbwd medians per method (None: not run; a str: status)."""
+    methods = []
+    for key, (fwd, fwdbwd) in times.items():
+        m = {"method": key}
+        for phase, ms in (("fwd", fwd), ("fwdbwd", fwdbwd)):
+            if isinstance(ms, str):
+                m[phase] = {"status": ms}
+            elif ms is not None:
+                m[phase] = {"status": "ok", "ms": ms, "peak_extra_bytes": 1 << 20}
+        methods.append(m)
+    return {"workload": workload, "order": order, "num_src": 10, "num_dst": 10,
+            "num_edges": 100, "dim": 8, "dtype": dtype, "methods": methods}
+
+
+def test_readme_tables_mark_the_fastest():
+    doc = {"results": [
+        _record("W1", "random", {"pyg_edgedot": (0.0066, 0.0263),
+                                 "pyg_edgedot_novalidate": (0.0065, 0.0262),
+                                 "eager": (0.0399, 0.177), "compile": (0.0072, 0.0188),
+                                 "cusparse": (0.0215, None), "cusparse_sort": (0.527, None)}),
+        _record("W7", "random", {"pyg_edgedot": (35.56, 91.8), "eager": ("oom", "oom"),
+                                 "compile": (35.7, 1504.5), "cusparse": (21.0, None),
+                                 "cusparse_sort": (55.5, None)}, "bfloat16"),
+        _record("W3", "sorted", {"pyg_edgedot": (5.111, 17.52), "compile": (4.626, 154.3),
+                                 "cusparse": ("n/a", None)})]}
+    random_table, sorted_table = _report.readme_tables(doc).split("\n\n")
+    w1, w7 = random_table.splitlines()[2:]
+    # Bold: the fastest of the shown methods per phase; validate=False is never marked.
+    assert w1.split(" | ")[1:8] == ["**0.0066** / 0.0065", "0.040", "0.0072",
+                                    "0.021 / 0.527", "0.026", "0.177", "**0.019**"]
+    assert "W7 10 nodes, E = 100, D = 8, bfloat16" in w7
+    assert "| OOM |" in w7 and "**21.0** / 55.5" in w7 and "**91.8**" in w7 and "1,504" in w7
+    w3, = sorted_table.splitlines()[2:]
+    assert w3.split(" | ")[1:6] == ["5.11 / -", "**4.63**", "n/a", "**17.5**", "154 |"]
+
+
+def test_readme_tables_are_the_published_run():
+    # README's Performance tables are readme_tables() of results/h200.json, row for row.
+    doc = json.loads((ROOT / "benchmarks" / "results" / "h200.json").read_text())
+    readme = (ROOT / "README.md").read_text()
+    for line in _report.readme_tables(doc).splitlines():
+        assert line in readme, line
+
+
 def run_main(capsys, *args: str) -> str:
     """bench_edge_dot.main in this process (no second torch import); returns its stdout."""
     import bench_edge_dot
