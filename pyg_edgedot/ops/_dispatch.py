@@ -7,10 +7,10 @@ def call(op, differentiable, *args):
 
     An op whose autograd is registered from Python (``torch.library.register_autograd``)
     enters a Python function at the Autograd key on every call, which, when no gradient can
-    flow, only re-dispatches below that key: about half the op call's host time on the CPU
-    for a small input (11 of 24 µs). Without a gradient to track, this enters below the
-    Autograd key directly; inside a ``torch.compile`` graph the op is called as is (the
-    tracer records it the same either way)."""
+    flow, only re-dispatches below that key (on the CPU at E = 16, ``edge_dot``'s forward
+    took 33-35 µs per call through it, 24 below it). Without a gradient to track, this enters
+    below the Autograd key directly; inside a ``torch.compile`` graph the op is called as is
+    (the tracer records it the same either way)."""
     if (torch.is_grad_enabled() and any(t.requires_grad for t in differentiable)) \
             or torch.compiler.is_compiling():
         return op(*args)
