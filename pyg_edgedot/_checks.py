@@ -305,19 +305,25 @@ def reads_first_bad(validate: bool, device: torch.device,
 def raise_if_out_of_range(op: str, validate: bool, first_bad: Tensor,
                           keys: Sequence[Tuple[Tensor, Tuple[int, ...]]],
                           bounds: Callable[[], List[Bound]], unit: str) -> None:
-    """Raises ``IndexError`` if ``first_bad`` (a kernel's ``[1]`` report) holds a position.
+    """Raises ``IndexError`` if ``first_bad`` (a kernel's ``[1]`` report) holds a position,
+    read (on CUDA a synchronization) only where :func:`reads_first_bad` says so: see
+    :func:`raise_if_reported` for the arguments."""
+    if reads_first_bad(validate, first_bad.device, keys):
+        raise_if_reported(op, first_bad, keys, bounds, unit)
+
+
+def raise_if_reported(op: str, first_bad: Tensor,
+                      keys: Sequence[Tuple[Tensor, Tuple[int, ...]]],
+                      bounds: Callable[[], List[Bound]], unit: str) -> None:
+    """Reads ``first_bad`` and raises ``IndexError`` if it holds a position: for an op called
+    with ``report_bad=reads_first_bad(...)`` true (a wrapper that decided before the call).
 
     ``keys``: the user's index tensors with the row counts they index, remembered once found
-    in range. ``bounds``: builds the message's arguments, called only to raise. Reads
-    ``first_bad`` (on CUDA a synchronization) only where :func:`reads_first_bad` says so; an op
-    called with ``report_bad=reads_first_bad(...)`` passes that as ``validate``.
+    in range. ``bounds``: builds the message's arguments, called only to raise.
     """
-    if not reads_first_bad(validate, first_bad.device, keys):
-        return
-    on_cuda = first_bad.is_cuda
     position = int(first_bad.item())
     if position < 0:
-        if on_cuda:
+        if first_bad.is_cuda:
             VALIDATED.add(keys)
         return
     raise IndexError(out_of_range_message(op, position, bounds(), unit))
@@ -329,15 +335,21 @@ def edge_keys(edge_index: Tensor, x_src: Tensor, x_dst: Tensor) -> list:
     return [(edge_index, (x_src.size(0), x_dst.size(0)))]
 
 
+def edge_bounds(edge_index: Tensor, x_src: Tensor, x_dst: Tensor,
+                name: str = "edge_index") -> Callable[[], List[Bound]]:
+    """The ``bounds`` of :func:`raise_if_out_of_range` for a ``[2, E]`` ``edge_index`` (the
+    argument ``name``) whose rows index ``x_src`` and ``x_dst``."""
+    num_src, num_dst = x_src.size(0), x_dst.size(0)
+    return lambda: [Bound(f"{name}[0]", edge_index[0], "x_src", num_src),
+                    Bound(f"{name}[1]", edge_index[1], "x_dst", num_dst)]
+
+
 def raise_if_edge_out_of_range(op: str, validate: bool, first_bad: Tensor, edge_index: Tensor,
                                x_src: Tensor, x_dst: Tensor, name: str = "edge_index") -> None:
     """:func:`raise_if_out_of_range` for a ``[2, E]`` ``edge_index`` (the argument ``name``)
     whose rows index ``x_src`` and ``x_dst`` (``first_bad`` an edge)."""
-    num_src, num_dst = x_src.size(0), x_dst.size(0)
-    raise_if_out_of_range(
-        op, validate, first_bad, edge_keys(edge_index, x_src, x_dst),
-        lambda: [Bound(f"{name}[0]", edge_index[0], "x_src", num_src),
-                 Bound(f"{name}[1]", edge_index[1], "x_dst", num_dst)], "edge")
+    raise_if_out_of_range(op, validate, first_bad, edge_keys(edge_index, x_src, x_dst),
+                          edge_bounds(edge_index, x_src, x_dst, name), "edge")
 
 
 # ---------------------------------------------------------------------------------------

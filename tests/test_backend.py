@@ -157,8 +157,9 @@ def test_inference_tensors_are_never_remembered():
 
 
 def test_reads_first_bad_is_decided_before_the_call():
-    # The wrappers ask before calling an op (its report_bad) and raise_if_out_of_range acts on
-    # the same answer. On the CPU the read is free: every validated call reads.
+    # The wrappers ask before calling an op (its report_bad) and read first_bad only on that
+    # answer (raise_if_reported); raise_if_out_of_range asks the same question. On the CPU the
+    # read is free: every validated call reads.
     index = torch.tensor([[0, 1], [2, 3]])
     key = [(index, (4, 5))]
     assert _checks.reads_first_bad(True, torch.device("cpu"), key)

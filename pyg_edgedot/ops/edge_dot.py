@@ -79,12 +79,13 @@ def edge_dot(x_src: Tensor, x_dst: Tensor, edge_index: Tensor, rel: Optional[Ten
     src_index, dst_index = edge_index[0], edge_index[1]
     # Whether first_bad will be read, decided before the call: the op fills it only then (on
     # CUDA a memset and the kernel's atomics; an edge_index already validated needs neither).
-    report = _checks.reads_first_bad(validate, x_src.device,
-                                     _checks.edge_keys(edge_index, x_src, x_dst))
+    keys = _checks.edge_keys(edge_index, x_src, x_dst)
+    report = _checks.reads_first_bad(validate, x_src.device, keys)
     out, first_bad = _dispatch.call(torch.ops.pyg_edgedot.edge_dot, (x_src, x_dst), x_src, x_dst,
                                     src_index, dst_index, report)
     if report:
-        _checks.raise_if_edge_out_of_range(NAME, report, first_bad, edge_index, x_src, x_dst)
+        _checks.raise_if_reported(NAME, first_bad, keys,
+                                  _checks.edge_bounds(edge_index, x_src, x_dst), "edge")
     return out
 
 

@@ -35,11 +35,12 @@ def edge_dot_rel(x_src: Tensor, x_dst: Tensor, edge_index: Tensor, rel: Optional
     report = _checks.reads_first_bad(validate, x_src.device, keys)  # as in edge_dot
     out, first_bad = _dispatch.call(torch.ops.pyg_edgedot.edge_dot_rel, (x_src, x_dst, rel),
                                     x_src, x_dst, rel, src_index, dst_index, rel_index, report)
-    _checks.raise_if_out_of_range(
-        op, report, first_bad, keys,
-        lambda: [_checks.Bound("edge_index[0]", src_index, "x_src", num_src),
-                 _checks.Bound("edge_index[1]", dst_index, "x_dst", num_dst),
-                 _checks.Bound("edge_type", rel_index, "rel", num_rel)], "edge")
+    if report:
+        _checks.raise_if_reported(
+            op, first_bad, keys,
+            lambda: [_checks.Bound("edge_index[0]", src_index, "x_src", num_src),
+                     _checks.Bound("edge_index[1]", dst_index, "x_dst", num_dst),
+                     _checks.Bound("edge_type", rel_index, "rel", num_rel)], "edge")
     return out
 
 
