@@ -20,7 +20,6 @@ When nothing could be compiled, the op schemas are defined from Python (read fro
 ``csrc/<group>.cpp``, see :func:`pyg_edgedot._build.schemas`), so the public API, autograd
 and ``torch.compile`` behave the same way; one warning says why and how to fix it.
 """
-import os
 import warnings
 from typing import Dict, FrozenSet, List, NamedTuple, Optional, Sequence, Tuple
 

@@ -552,7 +552,7 @@ def test_random_ranking_metrics_are_the_expectation(examples_path):
     # The closed form against the mean of PyG's metrics over many random rankings.
     rec = import_example("recommend")
     gen = torch.Generator().manual_seed(0)
-    num_users, num_items, ks = 6, 12, (3, 5)
+    num_items, ks = 12, (3, 5)
     train = torch.tensor([[0, 0, 1, 2, 2, 2, 3, 4, 5], [0, 1, 2, 3, 4, 5, 0, 6, 7]])
     test = torch.tensor([[0, 1, 1, 3, 4, 4, 4, 5], [2, 3, 9, 11, 0, 1, 2, 8]])
     users, rows = torch.unique(test[0], return_inverse=True)

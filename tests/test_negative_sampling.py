@@ -1,7 +1,6 @@
 """Tests of pyg_edgedot.ops.negative_sampling: guarantees checked against Python sets on
 random graphs, uniformity by chi-square, edge cases, errors, and PyG's own functions."""
 import bisect
-import math
 import warnings
 
 import pytest

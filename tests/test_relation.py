@@ -4,8 +4,8 @@ import torch
 
 from pyg_edgedot import EdgeDotScore, edge_dot
 from pyg_edgedot.ops import edge_dot_rel as edge_dot_rel_ops
-from _helpers import (DEVICES, FLOAT_DTYPES, INDEX_DTYPES, SHAPE_IDS, SHAPES, TOL, _f64,
-                      assert_close, dtype_id, leaf, randint, randn, random_edge_index,
+from _helpers import (DEVICES, FLOAT_DTYPES, INDEX_DTYPES, SHAPE_IDS, SHAPES, _f64,
+                      assert_close, dtype_id, randint, randn, random_edge_index,
                       run_backward, scores_bitwise_alike)
 
 
