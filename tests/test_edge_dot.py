@@ -275,16 +275,24 @@ import pyg_edgedot
 g = torch.Generator().manual_seed(0)
 outs = []
 for dtype in (torch.float32, torch.float64, torch.bfloat16, torch.float16):
-    for d in (1, 7, 8, 64, 129):
-        xs = torch.randn(50, d, generator=g).to(dtype)
+    # E = 303: the AVX2 loop's groups of four edges and a tail of three; 70,000 source rows
+    # of D = 64 put the fp32/bf16/fp16 tables over the size from which it prefetches rows.
+    for n_src, d in ((50, 1), (50, 7), (50, 8), (50, 64), (50, 129), (50, 24), (70_000, 64)):
+        xs = torch.randn(n_src, d, generator=g).to(dtype)
         xd = torch.randn(40, d, generator=g).to(dtype)
-        ei = torch.stack([torch.randint(0, 50, (300,), generator=g),
-                          torch.randint(0, 40, (300,), generator=g)])
+        ei = torch.stack([torch.randint(0, n_src, (303,), generator=g),
+                          torch.randint(0, 40, (303,), generator=g)])
         rel = torch.randn(3, d, generator=g).to(dtype)
-        edge_type = torch.randint(0, 3, (300,), generator=g)
+        edge_type = torch.randint(0, 3, (303,), generator=g)
         outs.append(pyg_edgedot.edge_dot(xs, xd, ei))
         outs.append(pyg_edgedot.edge_dot(xs, xd, ei.int()))
         outs.append(pyg_edgedot.edge_dot(xs, xd, ei, rel=rel, edge_type=edge_type))
+        # Strided indices, and indices out of range inside a group (NaN, the first reported).
+        wide = torch.stack([ei, ei], dim=-1).reshape(2, -1)[:, ::2]
+        outs.append(pyg_edgedot.edge_dot(xs, xd, wide))
+        bad = ei.clone()
+        bad[1, 101], bad[0, 205] = 40, -1
+        outs.extend(torch.ops.pyg_edgedot.edge_dot(xs, xd, bad[0], bad[1]))
 torch.save(outs, sys.argv[1])
 """
 
@@ -302,9 +310,9 @@ def test_cpu_avx2_loop_gives_the_baseline_bits(tmp_path):
                               capture_output=True, text=True, timeout=600)
         assert proc.returncode == 0, proc.stderr[-2000:]
         results.append(torch.load(path))
-    assert len(results[0]) == len(results[1]) == 60
-    for a, b in zip(*results):
-        assert torch.equal(a, b)
+    assert len(results[0]) == len(results[1]) == 4 * 7 * 6
+    for a, b in zip(*results):  # the bytes: a bad edge's NaN is one constant in both loops
+        assert torch.equal(a.view(torch.uint8), b.view(torch.uint8))
 
 
 # ---- the CUDA forward's small-E kernel against its chunked kernel ----------------------------
