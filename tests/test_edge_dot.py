@@ -273,6 +273,7 @@ import sys
 import torch
 import pyg_edgedot
 g = torch.Generator().manual_seed(0)
+empty = torch.empty(0, dtype=torch.int64)
 outs = []
 for dtype in (torch.float32, torch.float64, torch.bfloat16, torch.float16):
     # E = 303: the AVX2 loop's groups of four edges and a tail of three; 70,000 source rows
@@ -293,15 +294,20 @@ for dtype in (torch.float32, torch.float64, torch.bfloat16, torch.float16):
         bad = ei.clone()
         bad[1, 101], bad[0, 205] = 40, -1
         outs.extend(torch.ops.pyg_edgedot.edge_dot(xs, xd, bad[0], bad[1]))
+        # edge_dot_loss's forward has its AVX2 clone too.
+        outs.extend(torch.ops.pyg_edgedot.edge_dot_loss(
+            xs, xd, ei[0], ei[1], torch.tensor(7), empty, empty, 3, n_src, 40, True, "uniform",
+            "bce", "sum"))
 torch.save(outs, sys.argv[1])
 """
 
 
 @pytest.mark.skipif(pyg_edgedot.backends()["cpu"] != "cpp", reason="needs the C++ CPU kernel")
 def test_cpu_avx2_loop_gives_the_baseline_bits(tmp_path):
-    """The CPU forward's loop is compiled for the baseline ISA and again for AVX2, chosen at
-    run time; PYG_EDGEDOT_CPU_AVX2=0 forces the baseline. Both must give the same bits (on a
-    CPU without AVX2 both runs take the baseline, and the test checks nothing more)."""
+    """The CPU scoring loops (edge_dot's forward, four edges at a time, and edge_dot_loss's
+    pairs) are compiled for the baseline ISA and again for AVX2, chosen at run time;
+    PYG_EDGEDOT_CPU_AVX2=0 forces the baseline. Both must give the same bits (on a CPU
+    without AVX2 both runs take the baseline, and the test checks nothing more)."""
     results = []
     for avx2 in ("1", "0"):
         path = tmp_path / f"avx2_{avx2}.pt"
@@ -310,9 +316,9 @@ def test_cpu_avx2_loop_gives_the_baseline_bits(tmp_path):
                               capture_output=True, text=True, timeout=600)
         assert proc.returncode == 0, proc.stderr[-2000:]
         results.append(torch.load(path))
-    assert len(results[0]) == len(results[1]) == 4 * 7 * 6
+    assert len(results[0]) == len(results[1]) == 4 * 7 * 9
     for a, b in zip(*results):  # the bytes: a bad edge's NaN is one constant in both loops
-        assert torch.equal(a.view(torch.uint8), b.view(torch.uint8))
+        assert torch.equal(a.reshape(-1).view(torch.uint8), b.reshape(-1).view(torch.uint8))
 
 
 # ---- the CUDA forward's small-E kernel against its chunked kernel ----------------------------

@@ -9,11 +9,6 @@
 #include <algorithm>
 #include <atomic>
 #include <limits>
-#include <type_traits>
-
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
 
 #include "common.h"
 #include "prefetch.h"
@@ -107,51 +102,38 @@ PYG_EDGEDOT_AVX2_TARGET void forward_range_avx2(
   forward_range(p, begin, end);
 }
 
-// Eight elements of a row, widened to float (exactly, as static_cast<float> does).
-PYG_EDGEDOT_AVX2_TARGET PYG_EDGEDOT_INLINE __m256 load8(const float* x) {
-  return _mm256_loadu_ps(x);
-}
-PYG_EDGEDOT_AVX2_TARGET PYG_EDGEDOT_INLINE __m256 load8(const c10::BFloat16* x) {
-  const __m128i bits = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x));
-  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(bits), 16));
-}
-PYG_EDGEDOT_AVX2_TARGET PYG_EDGEDOT_INLINE __m256 load8(const c10::Half* x) {
-  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x)));
-}
-
-// Four edges at a time (float, bf16, fp16 rows; D a multiple of 8; no relation): four
-// independent accumulators keep four edges' row loads in flight together, and one
-// horizontal-add tree reduces the four at once. Lane j of an accumulator is row_dot's
-// part[j] (the same products added in the same order, no FMA), and the tree adds
-// ((p0 + p1) + (p2 + p3)) + ((p4 + p5) + (p6 + p7)) as row_dot does, so every score has
-// row_dot's bits. Measured on this project's 2-core CPU (2 threads, min of 15 calls, against
-// the one-edge loop): E = 200K, D = 64, rows in cache: random 1.4 -> 1.2-1.3 ms, sorted
-// 1.3 -> 0.8-0.9 ms (torch.compile 1.3 and 0.9-1.0); E = 2M, D = 128: random 105 -> 97-100,
-// sorted 47-50, level (compile 115 and 71). A group with an index out of range, and the last
-// E % 4 edges, take forward_range.
+// Four edges at a time (row_dot.h's four_dots: the same bits as forward_range). Measured on
+// this project's 2-core CPU (2 threads, min of 15 calls, against the one-edge loop): E = 200K,
+// D = 64, rows in cache: random 1.4 -> 1.2-1.3 ms, sorted 1.3 -> 0.8-0.9 ms (torch.compile
+// 1.3 and 0.9-1.0); E = 2M, D = 128: random 105 -> 97-100 ms, sorted level (47-51). A group
+// with an index out of range, and the last E % 4 edges, take forward_range.
 template <typename scalar_t, typename index_t>
 PYG_EDGEDOT_AVX2_TARGET void forward_range_avx2_by4(
     const ForwardArgs<scalar_t, index_t>& p, int64_t begin, int64_t end) {
-  const int64_t dim = p.feat_dim;
   const uint64_t num_src = static_cast<uint64_t>(p.num_src);
   const uint64_t num_dst = static_cast<uint64_t>(p.num_dst);
+  // Edge e's indices as unsigned: one compare tells a negative index too.
+  auto src_of = [&](int64_t i) {
+    return static_cast<uint64_t>(static_cast<int64_t>(p.src_ptr[i * p.src_stride]));
+  };
+  auto dst_of = [&](int64_t i) {
+    return static_cast<uint64_t>(static_cast<int64_t>(p.dst_ptr[i * p.dst_stride]));
+  };
   int64_t e = begin;
   for (; e + 4 <= end; e += 4) {
     if (p.ahead > 0) {  // the rows of the edges `ahead` on; an index out of range: row 0
       for (int j = 0; j < 4; ++j) {
         const int64_t f = std::min(e + p.ahead + j, end - 1);
-        const uint64_t ps = static_cast<uint64_t>(static_cast<int64_t>(p.src_ptr[f * p.src_stride]));
-        const uint64_t pd = static_cast<uint64_t>(static_cast<int64_t>(p.dst_ptr[f * p.dst_stride]));
-        prefetch_lines(p.src_rows + (ps < num_src ? ps : 0) * p.src_row_stride, p.row_bytes);
-        prefetch_lines(p.dst_rows + (pd < num_dst ? pd : 0) * p.dst_row_stride, p.row_bytes);
+        const uint64_t s = src_of(f), d = dst_of(f);
+        prefetch_lines(p.src_rows + (s < num_src ? s : 0) * p.src_row_stride, p.row_bytes);
+        prefetch_lines(p.dst_rows + (d < num_dst ? d : 0) * p.dst_row_stride, p.row_bytes);
       }
     }
     const scalar_t* a[4];
     const scalar_t* b[4];
     bool bad = false;
     for (int j = 0; j < 4; ++j) {
-      const uint64_t s = static_cast<uint64_t>(static_cast<int64_t>(p.src_ptr[(e + j) * p.src_stride]));
-      const uint64_t d = static_cast<uint64_t>(static_cast<int64_t>(p.dst_ptr[(e + j) * p.dst_stride]));
+      const uint64_t s = src_of(e + j), d = dst_of(e + j);
       bad |= (s >= num_src) | (d >= num_dst);
       a[j] = p.src_rows + static_cast<int64_t>(s) * p.src_row_stride;
       b[j] = p.dst_rows + static_cast<int64_t>(d) * p.dst_row_stride;
@@ -160,24 +142,7 @@ PYG_EDGEDOT_AVX2_TARGET void forward_range_avx2_by4(
       forward_range(p, e, e + 4);
       continue;
     }
-    __m256 c0 = _mm256_setzero_ps(), c1 = c0, c2 = c0, c3 = c0;
-    for (int64_t k = 0; k < dim; k += 8) {
-      c0 = _mm256_add_ps(c0, _mm256_mul_ps(load8(a[0] + k), load8(b[0] + k)));
-      c1 = _mm256_add_ps(c1, _mm256_mul_ps(load8(a[1] + k), load8(b[1] + k)));
-      c2 = _mm256_add_ps(c2, _mm256_mul_ps(load8(a[2] + k), load8(b[2] + k)));
-      c3 = _mm256_add_ps(c3, _mm256_mul_ps(load8(a[3] + k), load8(b[3] + k)));
-    }
-    // hadd(x, y) = [x0+x1, x2+x3, y0+y1, y2+y3 | x4+x5, x6+x7, y4+y5, y6+y7]: twice, then
-    // the two 128-bit halves added, lane j holds edge e + j's score.
-    const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(c0, c1), _mm256_hadd_ps(c2, c3));
-    const __m128 score = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
-    if constexpr (std::is_same_v<scalar_t, float>) {
-      _mm_storeu_ps(p.out_ptr + e, score);
-    } else {
-      alignas(16) float part[4];
-      _mm_store_ps(part, score);
-      for (int j = 0; j < 4; ++j) p.out_ptr[e + j] = static_cast<scalar_t>(part[j]);
-    }
+    store4(four_dots(a, b, p.feat_dim), p.out_ptr + e);
   }
   forward_range(p, e, end);
 }
@@ -222,8 +187,8 @@ void edge_dot_cpu_impl(const at::Tensor& x_src, const at::Tensor& x_dst,
   auto range = &forward_range_baseline<scalar_t, index_t>;
 #if PYG_EDGEDOT_AVX2_CLONE
   if (use_avx2()) range = &forward_range_avx2<scalar_t, index_t>;
-  if constexpr (!std::is_same_v<scalar_t, double>) {
-    if (use_avx2() && !has_rel && p.feat_dim % 8 == 0) {
+  if constexpr (kFourDots<scalar_t>) {
+    if (use_avx2() && !has_rel && four_dots_fit(p.feat_dim)) {
       range = &forward_range_avx2_by4<scalar_t, index_t>;
       if ((p.num_src + p.num_dst) * p.row_bytes < kPrefetchMinRowBytes) p.ahead = 0;
     }
