@@ -150,7 +150,7 @@ PYG_EDGEDOT_AVX2_TARGET void forward_range_avx2_by4(
 
 // Prefetching rows costs instructions that only pay when the rows come from DRAM. Measured
 // with forward_range_avx2_by4 on this project's CPU (32 MB L3, 2 threads): 5 MB of feature
-// rows 10-50% faster without (E = 200K, D = 32 / 64), 20 MB level, 41 MB 7-15% slower
+// rows 8-50% faster without (E = 200K, D = 32 / 64), 20 MB level, 41 MB 7-15% slower
 // without, 102 MB (E = 2M, D = 128) sorted 20-40% slower without.
 constexpr int64_t kPrefetchMinRowBytes = int64_t{16} << 20;
 
