@@ -28,7 +28,7 @@ def edge_dot_rel(x_src: Tensor, x_dst: Tensor, edge_index: Tensor, rel: Optional
         rel_index = src_index.new_zeros(1).expand(src_index.size(0))
     else:
         rel_index = edge_type.to(src_index.dtype)
-    num_src, num_dst, num_rel = x_src.size(0), x_dst.size(0), rel.size(0)
+    num_rel = rel.size(0)
     keys = _checks.edge_keys(edge_index, x_src, x_dst)
     if edge_type is not None:
         keys.append((edge_type, (num_rel,)))
@@ -36,11 +36,11 @@ def edge_dot_rel(x_src: Tensor, x_dst: Tensor, edge_index: Tensor, rel: Optional
     out, first_bad = _dispatch.call(torch.ops.pyg_edgedot.edge_dot_rel, (x_src, x_dst, rel),
                                     x_src, x_dst, rel, src_index, dst_index, rel_index, report)
     if report:
+        edge_bounds = _checks.edge_bounds(edge_index, x_src, x_dst)
         _checks.raise_if_reported(
             op, first_bad, keys,
-            lambda: [_checks.Bound("edge_index[0]", src_index, "x_src", num_src),
-                     _checks.Bound("edge_index[1]", dst_index, "x_dst", num_dst),
-                     _checks.Bound("edge_type", rel_index, "rel", num_rel)], "edge")
+            lambda: edge_bounds() + [_checks.Bound("edge_type", rel_index, "rel", num_rel)],
+            "edge")
     return out
 
 
