@@ -268,11 +268,15 @@ def test_backward_bitwise_deterministic_flag(dtype, device, gen, deterministic_a
 
 # csrc/cuda/edge_dot_kernel.cu takes the small-E kernels (no sort) for at most 2**16 edges onto
 # at most 8192 rows, with D within one pass of a warp's lanes (D <= 32 in every dtype), and
-# CUB's radix sort otherwise. An edge whose scatter index is out of range adds nothing, so the
-# same problem padded past 2**16 edges with such edges is summed by the sorted path: the two
-# must write the same bits (each row in increasing edge order, a row longer than a piece of
-# 2,048 edges in pieces, as the kernel file says).
+# CUB's radix sort otherwise: one fused launch for at most 2**15 edges whose rows fit one wave
+# of 16- or 32-row blocks, else a plan launch and a sum launch. An edge whose scatter index is out of
+# range adds nothing, so the same problem padded past 2**16 edges with such edges is summed by
+# the sorted path: every path must write the same bits (each row in increasing edge order, a
+# row longer than a piece of 2,048 edges in pieces, as the kernel file says). The graphs
+# marked "_2" take the two-launch path: more than 2**15 edges, or more rows than one wave of
+# blocks holds on a GPU of at most 255 SMs (8,192 rows: 256 blocks of 32).
 SMALL_MAX_EDGES = 1 << 16
+SMALL_GRAPHS = ["random", "hub", "one_row", "random_2", "one_row_2", "many_rows_2"]
 
 
 def _needs_cuda_kernels(group: str) -> None:
@@ -287,12 +291,16 @@ def _small_grad_problem(gen, graph, dtype, index_dtype, feat_dim, triple, device
     2 or 3: one [E, k] tensor), num_rows, for the grad ops' small-E path."""
     if graph == "random":  # rows 300..399 get no edge; short and ~33-edge rows
         num_rows, num_edges, scatter = 400, 5000, randint(gen, 300, 5000)
+    elif graph == "random_2":  # the same rows, ~133 edges each, past 2**15 edges
+        num_rows, num_edges, scatter = 400, 40_000, randint(gen, 300, 40_000)
+    elif graph == "many_rows_2":  # 8,192 rows, most of them empty
+        num_rows, num_edges, scatter = 8192, 5000, randint(gen, 8192, 5000)
     elif graph == "hub":  # row 0 past a piece (2,048), rows of ~220 edges, empty rows 50..59
         num_rows, num_edges = 60, 20_000
         scatter = randint(gen, 50, num_edges)
         scatter[torch.randperm(num_edges, generator=gen)[:9000]] = 0
-    else:  # "one_row": every edge on row 1 of 5 (ten pieces), rows 0, 2, 3, 4 empty
-        num_rows, num_edges = 5, 20_000
+    else:  # "one_row"(_2): every edge on row 1 of 5 (ten or twenty pieces), the rest empty
+        num_rows, num_edges = 5, 40_000 if graph.endswith("_2") else 20_000
         scatter = torch.ones(num_edges, dtype=torch.int64)
     num_gather, num_other = 70, 9
     gather = randint(gen, num_gather, num_edges)
@@ -342,7 +350,7 @@ def _ref_small_grad(triple, grad_out, x_gather, x_other, index, num_rows):
 @pytest.mark.parametrize("index_dtype", INDEX_DTYPES, ids=dtype_id)
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=dtype_id)
 @pytest.mark.parametrize("feat_dim", [7, 32])
-@pytest.mark.parametrize("graph", ["random", "hub", "one_row"])
+@pytest.mark.parametrize("graph", SMALL_GRAPHS)
 def test_cuda_small_backward_matches_sorted_bitwise(graph, feat_dim, dtype, index_dtype, triple,
                                                     gen):
     _needs_cuda_kernels("edge_dot_rel" if triple else "edge_dot")
@@ -360,18 +368,25 @@ def test_cuda_small_backward_matches_sorted_bitwise(graph, feat_dim, dtype, inde
     assert not mismatch, f"rows {mismatch[:10]} differ from the sorted path's bits"
 
 
-def test_cuda_small_backward_path_and_launches(gen):
-    # The premise of the test above (which path each call takes), and the small-E path's two
-    # launches per gradient: the plan kernel and the summing kernel.
+TWO_LAUNCHES = ["edge_dot_grad_small_plan_kernel", "edge_dot_grad_small_kernel"]
+
+
+@pytest.mark.parametrize("graph,launches", [("hub", ["edge_dot_grad_small_fused_kernel"]),
+                                            ("random_2", TWO_LAUNCHES),
+                                            ("many_rows_2", TWO_LAUNCHES)])
+def test_cuda_small_backward_path_and_launches(graph, launches, gen):
+    # The premise of the test above (which path each call takes): the fused kernel alone, or
+    # the plan kernel and the summing kernel, and the sorted path past 2**16 edges.
     _needs_cuda_kernels("edge_dot")
     grad_out, x_gather, x_other, index, num_rows = _small_grad_problem(
-        gen, "hub", torch.float32, torch.int64, 32, False)
+        gen, graph, torch.float32, torch.int64, 32, False)
     _grad_op(False, grad_out, x_gather, x_other, index, num_rows)  # warm-up
     small = cuda_kernels_of(lambda: _grad_op(False, grad_out, x_gather, x_other, index,
                                             num_rows))
     if not small:
         pytest.skip("the profiler recorded no CUDA activity here")
-    assert len(small) == 2 and all("edge_dot_grad_small" in name for name in small), small
+    assert len(small) == len(launches), small
+    assert all(sum(f"{kernel}<" in name for name in small) == 1 for kernel in launches), small
     padded_grad, padded_index = _padded_past_small(grad_out, index, num_rows)
     sorted_path = cuda_kernels_of(lambda: _grad_op(False, padded_grad, x_gather, x_other,
                                                    padded_index, num_rows))
@@ -392,7 +407,7 @@ def _small_pair_problem(gen, graph, dtype, index_dtype, feat_dim):
 @pytest.mark.parametrize("index_dtype", INDEX_DTYPES, ids=dtype_id)
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=dtype_id)
 @pytest.mark.parametrize("feat_dim", [7, 32])
-@pytest.mark.parametrize("graph", ["random", "hub", "one_row"])
+@pytest.mark.parametrize("graph", SMALL_GRAPHS)
 def test_cuda_small_pair_grad_matches_sorted_bitwise(graph, feat_dim, dtype, index_dtype, gen):
     # edge_dot_pair_grad plans and sums both sides in the same launches: each side must give
     # the sorted path's bits (each side's reference padded past 2**16 edges on its own rows).
@@ -414,22 +429,23 @@ def test_cuda_small_pair_grad_matches_sorted_bitwise(graph, feat_dim, dtype, ind
         assert not mismatch, f"rows {mismatch[:10]} differ from the sorted path's bits"
 
 
-def test_cuda_small_pair_grad_launches(gen):
-    # Both sides in two launches: one plan and one summing kernel.
+@pytest.mark.parametrize("graph,launches", [("hub", 1), ("random_2", 2)])
+def test_cuda_small_pair_grad_launches(graph, launches, gen):
+    # Both sides in the same launches: the fused kernel, or one plan and one summing kernel.
     _needs_cuda_kernels("edge_dot")
-    grad_out, x_src, x_dst, src, dst = _small_pair_problem(gen, "hub", torch.float32,
+    grad_out, x_src, x_dst, src, dst = _small_pair_problem(gen, graph, torch.float32,
                                                            torch.int64, 32)
     torch.ops.pyg_edgedot.edge_dot_pair_grad(grad_out, x_src, x_dst, src, dst)  # warm-up
     names = cuda_kernels_of(
         lambda: torch.ops.pyg_edgedot.edge_dot_pair_grad(grad_out, x_src, x_dst, src, dst))
     if not names:
         pytest.skip("the profiler recorded no CUDA activity here")
-    assert len(names) == 2 and all("edge_dot_grad_small" in name for name in names), names
+    assert len(names) == launches and all("edge_dot_grad_small" in n for n in names), names
 
 
 def test_cuda_w1_forward_backward_activities(gen):
     # edge_dot at W1's shape (1,024 x 768 nodes, E = 16,384, D = 128) with its edge_index
-    # validated: the forward kernel alone, then one plan and one sum launch for both gradients.
+    # validated: the forward kernel alone, then one fused launch for both gradients.
     _needs_cuda_kernels("edge_dot")
     x_src = randn(gen, 1024, 128, device="cuda").requires_grad_(True)
     x_dst = randn(gen, 768, 128, device="cuda").requires_grad_(True)
@@ -444,7 +460,7 @@ def test_cuda_w1_forward_backward_activities(gen):
     names = cuda_kernels_of(step)
     if not names:
         pytest.skip("the profiler recorded no CUDA activity here")
-    assert len(names) == 3, names
+    assert len(names) == 2, names
     assert sum("edge_dot_fwd_small_kernel" in n for n in names) == 1, names
-    assert sum("edge_dot_grad_small" in n for n in names) == 2, names
+    assert sum("edge_dot_grad_small_fused" in n for n in names) == 1, names
     assert all(torch.equal(a, b) for a, b in zip(step(), first))

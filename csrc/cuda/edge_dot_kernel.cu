@@ -21,7 +21,10 @@
 // gathered elements + N * D written + the sort of (key, gather index, gradient). Small E
 // (at most 2^16 edges onto at most 8192 rows) skips the sort: a plan kernel puts the edge ids
 // in the order of a stable sort by row (each block places its own rows' edges), then a warp
-// per row sums them, the same bits as the sorted path in two launches per side instead of ~11.
+// per row sums them, the same bits as the sorted path in two launches per side instead of ~11;
+// at most 2^15 edges onto rows that fit one wave of 16- or 32-row blocks take one launch for
+// both sides (edge_dot_grad_small_fused_kernel: each block orders its rows' edges in shared memory
+// and sums them itself).
 // Small E in the forward: a group per edge, one wave (edge_dot_fwd_small_kernel), same bits.
 #include <ATen/ATen.h>
 #include <ATen/OpMathType.h>
@@ -31,6 +34,7 @@
 #include <torch/library.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <limits>
 
@@ -807,6 +811,292 @@ __global__ void __launch_bounds__(kSmallThreads) edge_dot_grad_small_kernel(
   }
 }
 
+// ---------------------------------------------------------------------------------------
+// Backward for small E in one launch (both sides of edge_dot_pair_grad, or one side)
+// ---------------------------------------------------------------------------------------
+
+// When the edges are few (E <= 2^15) and every side's rows fit one wave of blocks of 16 or 32
+// rows, a single launch replaces the plan and the sum: a block owns those rows of one side,
+// reads all E scatter indices of that side (from L2), and does in its shared memory what the
+// plan does in global memory, then sums its rows itself:
+// 1. compact: warp w reads a contiguous slice of the edges, a window of 32 at a time, and
+//    keeps the owned edges of each window (a ballot) in edge order at the front of the slice's
+//    segment (edge id and owned row), counting each row's edges in the slice;
+// 2. scan: per row, the edges in the slices before each slice, and its degree; then per block
+//    the rows' starts, and the items of the sum (a row, or a piece of a row longer than
+//    piece_edges);
+// 3. place: each warp walks its segment (only the owned edges: at W1 one window in 32 of the
+//    slice), the lanes on the same row find each other (__match_any_sync), and each edge's id
+//    goes to its row's start + the row's edges in the slices before + its rank so far:
+//    slices, windows and lanes are in edge order, so each row's ids are in increasing order;
+// 4. sum: a warp per item reads the row's ids in order, 32 at a time, loads each edge's weight
+//    and gather row, and adds the edges in order from zero (add_edges, as the sum kernel and
+//    the sorted path do); a long row's pieces are summed each from zero into shared memory,
+//    then added in piece order from zero.
+// The same bits as the two-launch path and the sorted path, in one launch and no global
+// scratch (W1: 16K edges onto 1,024 and 768 rows, 16 rows per block: 112 blocks).
+constexpr int64_t kFusedMaxEdges = int64_t{1} << 15;
+constexpr int kFusedThreads = 512;
+constexpr int kFusedWarps = kFusedThreads / kWarp;
+constexpr int kFusedMaxRows = kWarp;  // the block scan's lanes are its rows
+constexpr int kFusedCountBatch = 8;
+constexpr int kFusedNone = 0xff;
+// A long row has more than piece_edges >= 2048 edges and fewer than 2 * degree / piece_edges
+// pieces, so a block's pieces number fewer than 2 * 2^15 / 2048.
+constexpr int kFusedMaxPieces = static_cast<int>(2 * kFusedMaxEdges / 2048);
+static_assert(kFusedWarps <= kWarp, "a row's slice counts are one warp's lanes");
+
+struct FusedShared {
+  int32_t slice_count[kFusedMaxRows][kFusedWarps + 1];  // pad column: the scan reads a row
+  int32_t segment_end[kFusedWarps];  // the end of warp w's owned edges in the segments
+  int32_t degree[kFusedMaxRows];
+  int32_t row_start[kFusedMaxRows];   // the row's first position in the block's id list
+  int32_t item_start[kFusedMaxRows + 1];  // the row's first item; [kFusedMaxRows]: all items
+  int32_t piece_base[kFusedMaxRows];  // a long row's first partial slot
+  int32_t any_long;
+};
+
+// The dynamic shared memory of a block: the segments (a 16-bit id and a row byte per edge),
+// the placed ids (16 bits per edge), and the pieces' partial sums when a row can be long.
+__host__ __device__ __forceinline__ int64_t fused_round16(int64_t bytes) {
+  return (bytes + 15) / 16 * 16;
+}
+template <typename acc_t>
+inline int64_t fused_dynamic_bytes(int64_t num_edges, int64_t feat_dim, int64_t piece_edges) {
+  const int64_t bytes = 2 * fused_round16(num_edges * 2) + fused_round16(num_edges);
+  return bytes + (num_edges > piece_edges
+                      ? int64_t{kFusedMaxPieces} * feat_dim * static_cast<int64_t>(sizeof(acc_t))
+                      : 0);
+}
+
+template <typename scalar_t, typename index_t, int VEC, bool TRIPLE>
+__device__ __forceinline__ void fused_small_rows(const SmallSide<scalar_t, index_t>& side,
+                                                 const scalar_t* __restrict__ grad_out,
+                                                 int64_t first_row, int rows_per_block,
+                                                 int64_t num_edges, int64_t feat_dim,
+                                                 int64_t piece_edges, FusedShared& shared,
+                                                 uint16_t* seg_id, uint8_t* seg_row,
+                                                 uint16_t* ids,
+                                                 at::opmath_type<scalar_t>* partial) {
+  using acc_t = at::opmath_type<scalar_t>;
+  using Edge = SmallEdge<acc_t>;
+  constexpr int EPG = kWalkEdgesInFlight<TRIPLE>;
+  constexpr unsigned kFull = 0xffffffffu;
+  const int t = threadIdx.x, warp = t / kWarp, lane = t % kWarp;
+  const unsigned lanes_below = (1u << lane) - 1u;
+  const int owned_rows = static_cast<int>(rows_per_block < side.num_rows - first_row
+                                              ? rows_per_block : side.num_rows - first_row);
+  const uint64_t first_u = static_cast<uint64_t>(first_row);
+  const uint64_t owned_u = static_cast<uint64_t>(owned_rows);
+  for (int i = t; i < kFusedMaxRows * (kFusedWarps + 1); i += kFusedThreads) {
+    shared.slice_count[i / (kFusedWarps + 1)][i % (kFusedWarps + 1)] = 0;
+  }
+  __syncthreads();
+
+  // Warp w's slice: the windows [w_begin, w_end) of 32 edges; its segment starts at the
+  // slice's first edge and holds at most the slice's edges.
+  const int windows = static_cast<int>((num_edges + kWarp - 1) / kWarp);
+  const int per_warp = (windows + kFusedWarps - 1) / kFusedWarps;
+  const int w_begin = min(windows, warp * per_warp);
+  const int w_end = min(windows, w_begin + per_warp);
+  const int segment = w_begin * kWarp;
+
+  // 1. Compact, and count each row's edges in the slice (shared atomics: counts only).
+  int kept = 0;  // warp-uniform
+  for (int j0 = w_begin; j0 < w_end; j0 += kFusedCountBatch) {  // warp-uniform
+    int64_t row[kFusedCountBatch];
+#pragma unroll
+    for (int b = 0; b < kFusedCountBatch; ++b) {
+      const int64_t e = static_cast<int64_t>(j0 + b) * kWarp + lane;
+      row[b] = j0 + b < w_end && e < num_edges
+                   ? static_cast<int64_t>(side.scatter_index[e * side.scatter_stride]) : -1;
+    }
+#pragma unroll
+    for (int b = 0; b < kFusedCountBatch; ++b) {
+      const uint64_t offset = static_cast<uint64_t>(row[b]) - first_u;
+      const bool owned = offset < owned_u;
+      const unsigned mask = __ballot_sync(kFull, owned);
+      if (owned) {
+        const int pos = segment + kept + __popc(mask & lanes_below);
+        seg_id[pos] = static_cast<uint16_t>((j0 + b) * kWarp + lane);
+        seg_row[pos] = static_cast<uint8_t>(offset);
+        atomicAdd(&shared.slice_count[offset][warp], 1);
+      }
+      kept += __popc(mask);
+    }
+  }
+  if (lane == 0) shared.segment_end[warp] = segment + kept;
+  __syncthreads();
+
+  // 2. Scan: per row, the edges in the slices before each slice, and the degree ...
+  for (int r = warp; r < owned_rows; r += kFusedWarps) {  // warp-uniform
+    const int count = lane < kFusedWarps ? shared.slice_count[r][lane] : 0;
+    const int inclusive = warp_inclusive_sum(count, lane);
+    if (lane < kFusedWarps) shared.slice_count[r][lane] = inclusive - count;
+    if (lane == kWarp - 1) shared.degree[r] = inclusive;
+  }
+  __syncthreads();
+  // ... then the rows' starts, items and pieces (warp 0, lane = row).
+  if (warp == 0) {
+    const int degree = lane < owned_rows ? shared.degree[lane] : 0;
+    const bool long_row = degree > piece_edges;
+    const int pieces = long_row ? static_cast<int>((degree + piece_edges - 1) / piece_edges) : 0;
+    const int items = lane < owned_rows ? (long_row ? pieces : 1) : 0;
+    const int start = warp_inclusive_sum(degree, lane) - degree;
+    const int item_end = warp_inclusive_sum(items, lane);
+    const int piece_end = warp_inclusive_sum(pieces, lane);
+    shared.row_start[lane] = start;
+    shared.item_start[lane] = item_end - items;
+    shared.piece_base[lane] = piece_end - pieces;
+    if (lane == kWarp - 1) {
+      shared.item_start[kFusedMaxRows] = item_end;
+      shared.any_long = piece_end > 0;
+    }
+  }
+  __syncthreads();
+
+  // 3. Place: each owned edge's id at its row's start + the row's edges in the slices before
+  // (slice_count, advanced window by window) + its rank among the window's lanes on its row.
+  const int segment_end = shared.segment_end[warp];
+  for (int p0 = segment; p0 < segment_end; p0 += kWarp) {  // warp-uniform
+    const int p = p0 + lane;
+    const int key = p < segment_end ? seg_row[p] : kFusedNone;
+    const unsigned peers = __match_any_sync(kFull, key);
+    const int leader = __ffs(peers) - 1;
+    int base = 0;
+    if (key != kFusedNone && lane == leader) {
+      base = shared.slice_count[key][warp];
+      shared.slice_count[key][warp] = base + __popc(peers);
+    }
+    base = __shfl_sync(kFull, base, leader);
+    if (key != kFusedNone) {
+      ids[shared.row_start[key] + base + __popc(peers & lanes_below)] = seg_id[p];
+    }
+    __syncwarp();  // this window's advances are in before the next window's
+  }
+  __syncthreads();
+
+  // 4. Sum: a warp per item (a short row, or a piece of a long row).
+  const int64_t k = static_cast<int64_t>(lane) * VEC;
+  const bool active = k < feat_dim;
+  const int num_items = shared.item_start[kFusedMaxRows];
+  for (int item = warp; item < num_items; item += kFusedWarps) {  // warp-uniform
+    const unsigned started =
+        __ballot_sync(kFull, lane < owned_rows && shared.item_start[lane] <= item);
+    const int r = kWarp - 1 - __clz(started);  // the last row whose items start at or before
+    const int degree = shared.degree[r];
+    const bool long_row = degree > piece_edges;
+    const int q = item - shared.item_start[r];
+    const int lo = long_row ? static_cast<int>(q * piece_edges) : 0;
+    const int hi = long_row ? static_cast<int>(min(lo + piece_edges, int64_t{degree})) : degree;
+    const uint16_t* row_ids = ids + shared.row_start[r];
+    acc_t acc[VEC];
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) acc[i] = acc_t(0);
+#pragma unroll 1
+    for (int window = lo; window < hi; window += kWarp) {  // warp-uniform
+      Edge mine{acc_t(0), -1, 0};
+      if (window + lane < hi) {
+        const int64_t e = row_ids[window + lane];
+        const int64_t g = static_cast<int64_t>(side.gather_index[e * side.gather_stride]);
+        bool ok = g >= 0 && g < side.num_gather;
+        if constexpr (TRIPLE) {
+          const int64_t o = static_cast<int64_t>(side.other_index[e * side.other_stride]);
+          ok = ok && o >= 0 && o < side.num_other;
+          mine.other = ok ? o : 0;
+        }
+        mine.gather = ok ? g : -1;
+        mine.weight = static_cast<acc_t>(grad_out[e]);
+      }
+      const int n = min(kWarp, hi - window);
+#pragma unroll 1
+      for (int j0 = 0; j0 < n; j0 += EPG) {
+        acc_t weight[EPG];
+        int64_t gather[EPG], other[EPG];
+        bool use[EPG];
+#pragma unroll
+        for (int jj = 0; jj < EPG; ++jj) {
+          weight[jj] = __shfl_sync(kFull, mine.weight, j0 + jj);
+          gather[jj] = __shfl_sync(kFull, mine.gather, j0 + jj);
+          other[jj] = 0;
+          if constexpr (TRIPLE) other[jj] = __shfl_sync(kFull, mine.other, j0 + jj);
+          use[jj] = active && j0 + jj < n && gather[jj] >= 0;
+        }
+        add_edges<EPG, TRIPLE>(acc, side.in, k, use, weight, gather, other);
+      }
+    }
+    if (!active) continue;
+    if (!long_row) {
+      store_vec<VEC>(side.out + (first_row + r) * feat_dim + k, acc);
+    } else {
+      acc_t* slot = partial + (shared.piece_base[r] + q) * feat_dim + k;
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) slot[i] = acc[i];
+    }
+  }
+  if (!shared.any_long) return;  // block-uniform
+  __syncthreads();
+  // The long rows: their pieces added in piece order from zero (sum_pieces' order).
+  for (int r = warp; r < owned_rows; r += kFusedWarps) {  // warp-uniform
+    const int degree = shared.degree[r];
+    if (degree <= piece_edges || !active) continue;
+    const int pieces = static_cast<int>((degree + piece_edges - 1) / piece_edges);
+    const acc_t* first = partial + shared.piece_base[r] * feat_dim + k;
+    acc_t acc[VEC];
+#pragma unroll
+    for (int i = 0; i < VEC; ++i) acc[i] = acc_t(0);
+    for (int p = 0; p < pieces; ++p) {
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) acc[i] += first[p * feat_dim + i];
+    }
+    store_vec<VEC>(side.out + (first_row + r) * feat_dim + k, acc);
+  }
+}
+
+// Block b owns rows [b * rows_per_block, ...) of `first`, or of `second` from second_block on.
+template <typename scalar_t, typename index_t, int VEC, bool TRIPLE>
+__global__ void __launch_bounds__(kFusedThreads) edge_dot_grad_small_fused_kernel(
+    const scalar_t* __restrict__ grad_out,  // [E]
+    const SmallSide<scalar_t, index_t> first, const SmallSide<scalar_t, index_t> second,
+    int64_t second_block, int rows_per_block, int64_t num_edges, int64_t feat_dim,
+    int64_t piece_edges) {
+  using acc_t = at::opmath_type<scalar_t>;
+  __shared__ FusedShared shared;
+  extern __shared__ __align__(16) unsigned char fused_dynamic[];
+  const int64_t id_bytes = fused_round16(num_edges * 2);
+  uint16_t* seg_id = reinterpret_cast<uint16_t*>(fused_dynamic);
+  uint16_t* ids = reinterpret_cast<uint16_t*>(fused_dynamic + id_bytes);
+  uint8_t* seg_row = fused_dynamic + 2 * id_bytes;
+  acc_t* partial =
+      reinterpret_cast<acc_t*>(fused_dynamic + 2 * id_bytes + fused_round16(num_edges));
+  const int64_t block = blockIdx.x;
+  const bool second_side = block >= second_block;
+  const int64_t first_row = (second_side ? block - second_block : block) * rows_per_block;
+  if (!second_side) {
+    fused_small_rows<scalar_t, index_t, VEC, TRIPLE>(first, grad_out, first_row,
+                                                     rows_per_block, num_edges, feat_dim,
+                                                     piece_edges, shared, seg_id, seg_row, ids,
+                                                     partial);
+  } else {
+    fused_small_rows<scalar_t, index_t, VEC, TRIPLE>(second, grad_out, first_row,
+                                                     rows_per_block, num_edges, feat_dim,
+                                                     piece_edges, shared, seg_id, seg_row, ids,
+                                                     partial);
+  }
+}
+
+// The fused launch's rows per block: 16 (a warp per row) when every side's blocks fit one
+// wave, else 32 when they do; 0 when E or the rows are past it (the two-launch path).
+inline int fused_rows_per_block(int64_t num_edges, const int64_t* num_rows, int num_sides) {
+  if (num_edges > kFusedMaxEdges) return 0;
+  for (int rows : {kFusedWarps, kFusedMaxRows}) {
+    int64_t blocks = 0;
+    for (int i = 0; i < num_sides; ++i) blocks += (num_rows[i] + rows - 1) / rows;
+    if (blocks <= num_sms()) return rows;
+  }
+  return 0;
+}
+
 // A gradient side as the host holds it (x_other, other_index undefined without TRIPLE).
 template <typename scalar_t>
 struct SmallGradSide {
@@ -820,18 +1110,66 @@ struct SmallGradSide {
 };
 
 // The small-E backward of one side, or of two sides that share grad_out (edge_dot_pair_grad's
-// x_src and x_dst): one plan launch and one sum launch for all of them.
+// x_src and x_dst): one fused launch when E and the rows allow, else one plan launch and one
+// sum launch for all of them.
 template <typename scalar_t, typename index_t, int VEC, bool TRIPLE>
 void launch_small_grads(const at::Tensor& grad_out, const SmallGradSide<scalar_t>* sides,
                         int num_sides, cudaStream_t stream) {
   using acc_t = at::opmath_type<scalar_t>;
   using Side = SmallSide<scalar_t, index_t>;
+  using Kernel = void (*)(const scalar_t*, const Side, const Side, int64_t, int, int64_t,
+                          int64_t, int64_t);
   const int64_t num_edges = grad_out.size(0), feat_dim = sides[0].out.size(1);
   const int64_t piece_edges = piece_edges_for(num_edges);
   const int64_t max_pieces = small_max_pieces(num_edges, piece_edges);
-  int64_t total_rows = 0, slots = 0;
+  // With one side, no block or item is the second side's.
+  const int64_t never = std::numeric_limits<int64_t>::max();
+  Side side[2];
+  int64_t total_rows = 0, rows[2] = {0, 0};
   for (int i = 0; i < num_sides; ++i) {
-    total_rows += sides[i].out.size(0);
+    const SmallGradSide<scalar_t>& s = sides[i];
+    rows[i] = s.out.size(0);
+    side[i].scatter_index = s.scatter_index.template const_data_ptr<index_t>();
+    side[i].gather_index = s.gather_index.template const_data_ptr<index_t>();
+    side[i].other_index = TRIPLE ? s.other_index.template const_data_ptr<index_t>() : nullptr;
+    side[i].scatter_stride = s.scatter_index.stride(0);
+    side[i].gather_stride = s.gather_index.stride(0);
+    side[i].other_stride = TRIPLE ? s.other_index.stride(0) : 0;
+    side[i].num_rows = rows[i];
+    side[i].num_gather = s.x_gather.size(0);
+    side[i].num_other = TRIPLE ? s.x_other.size(0) : 0;
+    side[i].in = s.in;
+    side[i].partial = nullptr;
+    side[i].out = s.out.template mutable_data_ptr<scalar_t>();
+    total_rows += rows[i];
+  }
+  const Side& second = side[num_sides - 1];
+
+  if (const int fused_rows = fused_rows_per_block(num_edges, rows, num_sides)) {
+    const Kernel kernel = edge_dot_grad_small_fused_kernel<scalar_t, index_t, VEC, TRIPLE>;
+    // Past 48 KB a kernel's dynamic shared memory must be allowed, once per device: allow the
+    // most any launch of this instance asks (E = 2^15, a long row, D = 32 * VEC).
+    static std::atomic<uint64_t> allowed{0};
+    const uint64_t bit = uint64_t{1} << (grad_out.get_device() & 63);
+    if ((allowed.load(std::memory_order_relaxed) & bit) == 0) {
+      C10_CUDA_CHECK(cudaFuncSetAttribute(
+          kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+          static_cast<int>(fused_dynamic_bytes<acc_t>(kFusedMaxEdges, int64_t{kWarp} * VEC,
+                                                      piece_edges_for(kFusedMaxEdges)))));
+      allowed.fetch_or(bit, std::memory_order_relaxed);
+    }
+    const int64_t first_blocks = (rows[0] + fused_rows - 1) / fused_rows;
+    const int64_t blocks = first_blocks + (num_sides > 1 ? (rows[1] + fused_rows - 1) / fused_rows : 0);
+    kernel<<<blocks, kFusedThreads, fused_dynamic_bytes<acc_t>(num_edges, feat_dim, piece_edges),
+             stream>>>(grad_out.const_data_ptr<scalar_t>(), side[0], second,
+                       num_sides > 1 ? first_blocks : never, fused_rows, num_edges, feat_dim,
+                       piece_edges);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    return;
+  }
+
+  int64_t slots = 0;
+  for (int i = 0; i < num_sides; ++i) {
     slots += small_lists_slots(num_edges, sides[i].out.size(0), max_pieces, TRIPLE);
   }
   at::Tensor storage = at::empty({slots}, grad_out.options().dtype(at::kLong));
@@ -842,33 +1180,17 @@ void launch_small_grads(const at::Tensor& grad_out, const SmallGradSide<scalar_t
   }
   const int64_t rows_per_block = std::clamp<int64_t>(
       (total_rows + kSmallPlanBlocks - 1) / kSmallPlanBlocks, 1, kSmallPlanMaxRows);
-  Side side[2];
   int64_t plan_blocks[2] = {0, 0}, items[2] = {0, 0};
   int64_t* next_slot = storage.mutable_data_ptr<int64_t>();
   for (int i = 0; i < num_sides; ++i) {
-    const SmallGradSide<scalar_t>& s = sides[i];
-    const int64_t num_rows = s.out.size(0);
-    side[i].scatter_index = s.scatter_index.template const_data_ptr<index_t>();
-    side[i].gather_index = s.gather_index.template const_data_ptr<index_t>();
-    side[i].other_index = TRIPLE ? s.other_index.template const_data_ptr<index_t>() : nullptr;
-    side[i].scatter_stride = s.scatter_index.stride(0);
-    side[i].gather_stride = s.gather_index.stride(0);
-    side[i].other_stride = TRIPLE ? s.other_index.stride(0) : 0;
-    side[i].num_rows = num_rows;
-    side[i].num_gather = s.x_gather.size(0);
-    side[i].num_other = TRIPLE ? s.x_other.size(0) : 0;
-    side[i].in = s.in;
+    const int64_t num_rows = rows[i];
     side[i].lists = small_lists_at<acc_t>(next_slot, num_edges, num_rows, max_pieces, TRIPLE);
     next_slot += small_lists_slots(num_edges, num_rows, max_pieces, TRIPLE);
     side[i].partial =
         partial.defined() ? partial.mutable_data_ptr<acc_t>() + i * max_pieces * feat_dim : nullptr;
-    side[i].out = s.out.template mutable_data_ptr<scalar_t>();
     plan_blocks[i] = (num_rows + rows_per_block - 1) / rows_per_block;
     items[i] = num_rows + max_pieces;
   }
-  // With one side, no block or item is the second side's.
-  const int64_t never = std::numeric_limits<int64_t>::max();
-  const Side& second = side[num_sides - 1];
   edge_dot_grad_small_plan_kernel<scalar_t, index_t, TRIPLE>
       <<<plan_blocks[0] + plan_blocks[1], kSmallPlanThreads, 0, stream>>>(
           grad_out.const_data_ptr<scalar_t>(), side[0], second,
