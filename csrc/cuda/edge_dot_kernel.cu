@@ -685,6 +685,35 @@ struct SmallEdge {
   int64_t gather, other;
 };
 
+// Adds the edges that lanes [0, n) hold (`mine`), in lane order, to acc at columns [k, k + VEC)
+// (n warp-uniform): kWalkEdgesInFlight at a time, taken by shuffle, their rows in flight
+// together (add_edges), as the sorted path adds them.
+template <typename scalar_t, int VEC, bool TRIPLE>
+__device__ __forceinline__ void add_lane_edges(at::opmath_type<scalar_t> (&acc)[VEC],
+                                               const GatherRows<scalar_t>& in, int64_t k,
+                                               bool active,
+                                               const SmallEdge<at::opmath_type<scalar_t>>& mine,
+                                               int n) {
+  using acc_t = at::opmath_type<scalar_t>;
+  constexpr int EPG = kWalkEdgesInFlight<TRIPLE>;
+  constexpr unsigned kFull = 0xffffffffu;
+#pragma unroll 1
+  for (int j0 = 0; j0 < n; j0 += EPG) {
+    acc_t weight[EPG];
+    int64_t gather[EPG], other[EPG];
+    bool use[EPG];
+#pragma unroll
+    for (int j = 0; j < EPG; ++j) {
+      weight[j] = __shfl_sync(kFull, mine.weight, j0 + j);
+      gather[j] = __shfl_sync(kFull, mine.gather, j0 + j);
+      other[j] = 0;
+      if constexpr (TRIPLE) other[j] = __shfl_sync(kFull, mine.other, j0 + j);
+      use[j] = active && j0 + j < n && gather[j] >= 0;
+    }
+    add_edges<EPG, TRIPLE>(acc, in, k, use, weight, gather, other);
+  }
+}
+
 // acc = the partial sums of the pieces q = 0 .. num_pieces - 1 of the long row starting at
 // CSR position `start` (slots by small_piece_slot), added in piece order from zero: the sums
 // that sum_pieces makes of contiguous pieces, bit for bit. Loads through L2 (__ldcg): other
@@ -713,7 +742,6 @@ __device__ __forceinline__ void sum_small_item(const SmallSide<scalar_t, index_t
                                                int64_t piece_edges, int64_t max_pieces) {
   using acc_t = at::opmath_type<scalar_t>;
   using Edge = SmallEdge<acc_t>;
-  constexpr int EPG = kWalkEdgesInFlight<TRIPLE>;
   constexpr unsigned kFull = 0xffffffffu;
   const SmallGradLists<acc_t>& lists = side.lists;
   const int lane = threadIdx.x % kWarp;
@@ -754,29 +782,11 @@ __device__ __forceinline__ void sum_small_item(const SmallSide<scalar_t, index_t
     }
     return edge;
   };
-  // Adds the edges of lanes [0, n), in lane order (n is warp-uniform).
-  auto add_lane_edges = [&](const Edge& mine, int n) {
-#pragma unroll 1
-    for (int j0 = 0; j0 < n; j0 += EPG) {
-      acc_t weight[EPG];
-      int64_t gather[EPG], other[EPG];
-      bool use[EPG];
-#pragma unroll
-      for (int j = 0; j < EPG; ++j) {
-        weight[j] = __shfl_sync(kFull, mine.weight, j0 + j);
-        gather[j] = __shfl_sync(kFull, mine.gather, j0 + j);
-        other[j] = 0;
-        if constexpr (TRIPLE) other[j] = __shfl_sync(kFull, mine.other, j0 + j);
-        use[j] = active && j0 + j < n && gather[j] >= 0;
-      }
-      add_edges<EPG, TRIPLE>(acc, side.in, k, use, weight, gather, other);
-    }
-  };
-
   // The ranks in windows of 32, in order (a row of at most 32 edges is one window).
 #pragma unroll 1
   for (int window = lo; window < hi; window += kWarp) {  // warp-uniform
-    add_lane_edges(load_edge(window + lane), min(kWarp, hi - window));
+    add_lane_edges<scalar_t, VEC, TRIPLE>(acc, side.in, k, active, load_edge(window + lane),
+                                          min(kWarp, hi - window));
   }
 
   if (!long_row) {
@@ -880,7 +890,6 @@ __device__ __forceinline__ void fused_small_rows(const SmallSide<scalar_t, index
                                                  at::opmath_type<scalar_t>* partial) {
   using acc_t = at::opmath_type<scalar_t>;
   using Edge = SmallEdge<acc_t>;
-  constexpr int EPG = kWalkEdgesInFlight<TRIPLE>;
   constexpr unsigned kFull = 0xffffffffu;
   const int t = threadIdx.x, warp = t / kWarp, lane = t % kWarp;
   const unsigned lanes_below = (1u << lane) - 1u;
@@ -1008,22 +1017,8 @@ __device__ __forceinline__ void fused_small_rows(const SmallSide<scalar_t, index
         mine.gather = ok ? g : -1;
         mine.weight = static_cast<acc_t>(grad_out[e]);
       }
-      const int n = min(kWarp, hi - window);
-#pragma unroll 1
-      for (int j0 = 0; j0 < n; j0 += EPG) {
-        acc_t weight[EPG];
-        int64_t gather[EPG], other[EPG];
-        bool use[EPG];
-#pragma unroll
-        for (int jj = 0; jj < EPG; ++jj) {
-          weight[jj] = __shfl_sync(kFull, mine.weight, j0 + jj);
-          gather[jj] = __shfl_sync(kFull, mine.gather, j0 + jj);
-          other[jj] = 0;
-          if constexpr (TRIPLE) other[jj] = __shfl_sync(kFull, mine.other, j0 + jj);
-          use[jj] = active && j0 + jj < n && gather[jj] >= 0;
-        }
-        add_edges<EPG, TRIPLE>(acc, side.in, k, use, weight, gather, other);
-      }
+      add_lane_edges<scalar_t, VEC, TRIPLE>(acc, side.in, k, active, mine,
+                                            min(kWarp, hi - window));
     }
     if (!active) continue;
     if (!long_row) {
