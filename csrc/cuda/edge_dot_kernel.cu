@@ -496,6 +496,31 @@ __device__ __forceinline__ int warp_inclusive_sum(int v, int lane) {
   return v;
 }
 
+// Calls f(j, row, offset, owned) for the lane's edge of each window j of 32 edges in
+// [w_begin, w_end), in order (warp-uniformly: every lane, every window), where row is its
+// scatter row (-1 past E), offset = row - first_row as unsigned and owned = offset < owned_u.
+// The scatter rows of kSmallCountBatch windows load together.
+template <typename scalar_t, typename index_t, typename F>
+__device__ __forceinline__ void for_each_window_edge(const SmallSide<scalar_t, index_t>& side,
+                                                     int w_begin, int w_end, int64_t num_edges,
+                                                     int lane, uint64_t first_u,
+                                                     uint64_t owned_u, F&& f) {
+  for (int j0 = w_begin; j0 < w_end; j0 += kSmallCountBatch) {  // warp-uniform
+    int64_t row[kSmallCountBatch];
+#pragma unroll
+    for (int b = 0; b < kSmallCountBatch; ++b) {
+      const int64_t e = static_cast<int64_t>(j0 + b) * kWarp + lane;
+      row[b] = j0 + b < w_end && e < num_edges
+                   ? static_cast<int64_t>(side.scatter_index[e * side.scatter_stride]) : -1;
+    }
+#pragma unroll
+    for (int b = 0; b < kSmallCountBatch; ++b) {
+      const uint64_t offset = static_cast<uint64_t>(row[b]) - first_u;
+      f(j0 + b, row[b], offset, offset < owned_u);
+    }
+  }
+}
+
 // A plan block's shared memory.
 struct SmallPlanShared {
   // Per owned row and slice (warp): the row's edges in the slice; after the scan, those in
@@ -547,33 +572,22 @@ __device__ __forceinline__ void plan_small_rows(const SmallSide<scalar_t, index_
   // lists.slice_rank until the scan has the row's start.
   uint64_t my_windows = 0;  // bit j - w_begin: the lane's edge of window j is owned
   int before = 0;
-  for (int j0 = w_begin; j0 < w_end; j0 += kSmallCountBatch) {  // warp-uniform
-    int64_t row[kSmallCountBatch];
-#pragma unroll
-    for (int b = 0; b < kSmallCountBatch; ++b) {
-      const int64_t e = edge_of(j0 + b);
-      row[b] = j0 + b < w_end && e < num_edges
-                   ? static_cast<int64_t>(side.scatter_index[e * side.scatter_stride]) : -1;
+  for_each_window_edge(side, w_begin, w_end, num_edges, lane, first_u, owned_u,
+                       [&](int j, int64_t row, uint64_t offset, bool owned) {
+    before += static_cast<uint64_t>(row) < first_u;
+    if (__ballot_sync(kFull, owned) == 0u) return;  // warp-uniform
+    const int key = owned ? static_cast<int>(offset) : -1;
+    const unsigned peers = __match_any_sync(kFull, key);
+    const int leader = __ffs(peers) - 1;
+    int base = 0;
+    if (owned && lane == leader) base = atomicAdd(&slice_count[key][warp], __popc(peers));
+    base = __shfl_sync(kFull, base, leader);
+    if (owned) {
+      lists.slice_rank[edge_of(j)] = key | (base + __popc(peers & lanes_below)) << 8;
+      my_windows |= uint64_t{1} << (j - w_begin);
     }
-#pragma unroll
-    for (int b = 0; b < kSmallCountBatch; ++b) {
-      const uint64_t offset = static_cast<uint64_t>(row[b]) - first_u;
-      const bool owned = offset < owned_u;
-      before += static_cast<uint64_t>(row[b]) < first_u;
-      if (__ballot_sync(kFull, owned) == 0u) continue;  // warp-uniform
-      const int key = owned ? static_cast<int>(offset) : -1;
-      const unsigned peers = __match_any_sync(kFull, key);
-      const int leader = __ffs(peers) - 1;
-      int base = 0;
-      if (owned && lane == leader) base = atomicAdd(&slice_count[key][warp], __popc(peers));
-      base = __shfl_sync(kFull, base, leader);
-      if (owned) {
-        lists.slice_rank[edge_of(j0 + b)] = key | (base + __popc(peers & lanes_below)) << 8;
-        my_windows |= uint64_t{1} << (j0 + b - w_begin);
-      }
-      __syncwarp();  // this window's adds are in before the next window's
-    }
-  }
+    __syncwarp();  // this window's adds are in before the next window's
+  });
 #pragma unroll
   for (int offset = kWarp / 2; offset > 0; offset /= 2) {
     before += __shfl_xor_sync(kFull, before, offset);
@@ -849,7 +863,6 @@ constexpr int64_t kFusedMaxEdges = int64_t{1} << 15;
 constexpr int kFusedThreads = 512;
 constexpr int kFusedWarps = kFusedThreads / kWarp;
 constexpr int kFusedMaxRows = kWarp;  // the block scan's lanes are its rows
-constexpr int kFusedCountBatch = 8;
 constexpr int kFusedNone = 0xff;
 // A long row has more than piece_edges >= 2048 edges and fewer than 2 * degree / piece_edges
 // pieces, so a block's pieces number fewer than 2 * 2^15 / 2048.
@@ -912,28 +925,17 @@ __device__ __forceinline__ void fused_small_rows(const SmallSide<scalar_t, index
 
   // 1. Compact, and count each row's edges in the slice (shared atomics: counts only).
   int kept = 0;  // warp-uniform
-  for (int j0 = w_begin; j0 < w_end; j0 += kFusedCountBatch) {  // warp-uniform
-    int64_t row[kFusedCountBatch];
-#pragma unroll
-    for (int b = 0; b < kFusedCountBatch; ++b) {
-      const int64_t e = static_cast<int64_t>(j0 + b) * kWarp + lane;
-      row[b] = j0 + b < w_end && e < num_edges
-                   ? static_cast<int64_t>(side.scatter_index[e * side.scatter_stride]) : -1;
+  for_each_window_edge(side, w_begin, w_end, num_edges, lane, first_u, owned_u,
+                       [&](int j, int64_t, uint64_t offset, bool owned) {
+    const unsigned mask = __ballot_sync(kFull, owned);
+    if (owned) {
+      const int pos = segment + kept + __popc(mask & lanes_below);
+      seg_id[pos] = static_cast<uint16_t>(j * kWarp + lane);
+      seg_row[pos] = static_cast<uint8_t>(offset);
+      atomicAdd(&shared.slice_count[offset][warp], 1);
     }
-#pragma unroll
-    for (int b = 0; b < kFusedCountBatch; ++b) {
-      const uint64_t offset = static_cast<uint64_t>(row[b]) - first_u;
-      const bool owned = offset < owned_u;
-      const unsigned mask = __ballot_sync(kFull, owned);
-      if (owned) {
-        const int pos = segment + kept + __popc(mask & lanes_below);
-        seg_id[pos] = static_cast<uint16_t>((j0 + b) * kWarp + lane);
-        seg_row[pos] = static_cast<uint8_t>(offset);
-        atomicAdd(&shared.slice_count[offset][warp], 1);
-      }
-      kept += __popc(mask);
-    }
-  }
+    kept += __popc(mask);
+  });
   if (lane == 0) shared.segment_end[warp] = segment + kept;
   __syncthreads();
 
