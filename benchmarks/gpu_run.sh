@@ -34,6 +34,10 @@
 #              first is warm-up) vs ours (NegativeSampler + EdgeDotScore; and --loss fused)
 #              -> link_pred_gpu_e2e_{pyg,edgedot,fused}.json (mean epoch time)
 #   ddp        examples/ddp_link_pred.py under torchrun, NCCL, 1 GPU -> ddp_nccl_1gpu_h200.json
+#   ncu        Nsight Compute on the forward kernel of ours and of torch.compile, one launch
+#              each (the warm-up), at NCU_WORKLOAD (default W3) in NCU_ORDER (default sorted):
+#              throughput, memory, occupancy, launch and warp-state sections
+#              -> ncu_fwd_<workload>_<order>.log (NOTES Next 1-2, issue 19)
 # The result files carry the names they have in benchmarks/results/: copy them there to
 # publish a run (history stays in git).
 set -uo pipefail
@@ -120,7 +124,21 @@ for step in "$@"; do
       torchrun --standalone --nproc_per_node 1 examples/ddp_link_pred.py --device cuda \
         --num-nodes 200000 --avg-degree 20 --neg-sampling uniform --epochs 3 --no-progress \
         --json "$OUT/ddp_nccl_1gpu_h200.json" 2>&1 | tail -6 ;;
-    *) echo "unknown step $step (steps: tests triton fallback sanitizer bench hostw1 sampling loss beyond topk examples e2e ddp)"
+    ncu)
+      w=${NCU_WORKLOAD:-W3}; o=${NCU_ORDER:-sorted}; log="$OUT/ncu_fwd_${w}_${o}.log"
+      : > "$log"
+      for method in pyg_edgedot compile; do
+        # Skip the first call (compile's includes its compilation); profile the warm-up.
+        ncu --target-processes all -k "regex:edge_dot_fwd|triton_" --launch-skip 1 \
+          --launch-count 1 --section SpeedOfLight --section MemoryWorkloadAnalysis \
+          --section Occupancy --section LaunchStats --section WarpStateStats \
+          python3 benchmarks/bench_edge_dot.py --sections peers --workloads "$w" --orders "$o" \
+            --methods "$method" --reps 1 --warmups 1 --skip-giant --out "$OUT/ncu_bench.json" \
+          >> "$log" 2>&1
+      done
+      grep -E "^  [^ ].*\(|Duration|DRAM Throughput|Memory Throughput|Registers Per|Achieved Occ|Theoretical Occ|Block Limit" \
+        "$log" | head -40 ;;
+    *) echo "unknown step $step (steps: tests triton fallback sanitizer bench hostw1 sampling loss beyond topk examples e2e ddp ncu)"
        exit 2 ;;
   esac
 done
