@@ -136,8 +136,8 @@ for step in "$@"; do
             --methods "$method" --reps 1 --warmups 1 --skip-giant --out "$OUT/ncu_bench.json" \
           >> "$log" 2>&1
       done
-      grep -E "^  [^ ].*\(|Duration|DRAM Throughput|Memory Throughput|Registers Per|Achieved Occ|Theoretical Occ|Block Limit" \
-        "$log" | head -40 ;;
+      keys="Duration|DRAM Throughput|Memory Throughput|Registers Per|Achieved Occ|Theoretical Occ"
+      grep -E "^  [^ ].*\(|$keys|Block Limit" "$log" | head -40 ;;
     *) echo "unknown step $step (steps: tests triton fallback sanitizer bench hostw1 sampling loss beyond topk examples e2e ddp ncu)"
        exit 2 ;;
   esac

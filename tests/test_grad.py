@@ -269,12 +269,12 @@ def test_backward_bitwise_deterministic_flag(dtype, device, gen, deterministic_a
 # csrc/cuda/edge_dot_kernel.cu takes the small-E kernels (no sort) for at most 2**16 edges onto
 # at most 8192 rows, with D within one pass of a warp's lanes (D <= 32 in every dtype), and
 # CUB's radix sort otherwise: one fused launch for at most 2**15 edges whose rows fit one wave
-# of 16- or 32-row blocks, else a plan launch and a sum launch. An edge whose scatter index is out of
-# range adds nothing, so the same problem padded past 2**16 edges with such edges is summed by
-# the sorted path: every path must write the same bits (each row in increasing edge order, a
-# row longer than a piece of 2,048 edges in pieces, as the kernel file says). The graphs
-# marked "_2" take the two-launch path: more than 2**15 edges, or more rows than one wave of
-# blocks holds on a GPU of at most 255 SMs (8,192 rows: 256 blocks of 32).
+# of 16- or 32-row blocks, else a plan launch and a sum launch. An edge whose scatter index is
+# out of range adds nothing, so the same problem padded past 2**16 edges with such edges is
+# summed by the sorted path: every path must write the same bits (each row in increasing edge
+# order, a row longer than a piece of 2,048 edges in pieces, as the kernel file says). The
+# graphs marked "_2" take the two-launch path: more than 2**15 edges, or more rows than one
+# wave of blocks holds on a GPU of at most 255 SMs (8,192 rows: 256 blocks of 32).
 SMALL_MAX_EDGES = 1 << 16
 SMALL_GRAPHS = ["random", "hub", "one_row", "random_2", "one_row_2", "many_rows_2"]
 

@@ -23,8 +23,8 @@
 // in the order of a stable sort by row (each block places its own rows' edges), then a warp
 // per row sums them, the same bits as the sorted path in two launches per side instead of ~11;
 // at most 2^15 edges onto rows that fit one wave of 16- or 32-row blocks take one launch for
-// both sides (edge_dot_grad_small_fused_kernel: each block orders its rows' edges in shared memory
-// and sums them itself).
+// both sides (edge_dot_grad_small_fused_kernel: each block orders its rows' edges in shared
+// memory and sums them itself).
 // Small E in the forward: a group per edge, one wave (edge_dot_fwd_small_kernel), same bits.
 #include <ATen/ATen.h>
 #include <ATen/OpMathType.h>
@@ -1156,7 +1156,8 @@ void launch_small_grads(const at::Tensor& grad_out, const SmallGradSide<scalar_t
       allowed.fetch_or(bit, std::memory_order_relaxed);
     }
     const int64_t first_blocks = (rows[0] + fused_rows - 1) / fused_rows;
-    const int64_t blocks = first_blocks + (num_sides > 1 ? (rows[1] + fused_rows - 1) / fused_rows : 0);
+    const int64_t blocks =
+        first_blocks + (num_sides > 1 ? (rows[1] + fused_rows - 1) / fused_rows : 0);
     kernel<<<blocks, kFusedThreads, fused_dynamic_bytes<acc_t>(num_edges, feat_dim, piece_edges),
              stream>>>(grad_out.const_data_ptr<scalar_t>(), side[0], second,
                        num_sides > 1 ? first_blocks : never, fused_rows, num_edges, feat_dim,
