@@ -521,6 +521,32 @@ __device__ __forceinline__ void for_each_window_edge(const SmallSide<scalar_t, i
   }
 }
 
+// One edge as a lane holds it for the warp's sum: gather -1 when an index is out of range.
+template <typename acc_t>
+struct SmallEdge {
+  acc_t weight;
+  int64_t gather, other;
+};
+
+// Edge e's weight (grad_out[e] in opmath) and rows as the sum reads them: gather -1 when its
+// gather (or other) index is out of range, other 0 then; the edge keeps its place in its row.
+template <bool TRIPLE, typename scalar_t, typename index_t>
+__device__ __forceinline__ SmallEdge<at::opmath_type<scalar_t>> read_small_edge(
+    const SmallSide<scalar_t, index_t>& side, const scalar_t* __restrict__ grad_out,
+    int64_t e) {
+  SmallEdge<at::opmath_type<scalar_t>> edge{static_cast<at::opmath_type<scalar_t>>(grad_out[e]),
+                                            -1, 0};
+  const int64_t g = static_cast<int64_t>(side.gather_index[e * side.gather_stride]);
+  bool ok = g >= 0 && g < side.num_gather;
+  if constexpr (TRIPLE) {
+    const int64_t o = static_cast<int64_t>(side.other_index[e * side.other_stride]);
+    ok = ok && o >= 0 && o < side.num_other;
+    edge.other = ok ? o : 0;
+  }
+  edge.gather = ok ? g : -1;
+  return edge;
+}
+
 // A plan block's shared memory.
 struct SmallPlanShared {
   // Per owned row and slice (warp): the row's edges in the slice; after the scan, those in
@@ -635,30 +661,19 @@ __device__ __forceinline__ void plan_small_rows(const SmallSide<scalar_t, index_
   // Place: each lane its own owned edges, kPlace at a time (their loads in flight together),
   // at position row start + the row's edges in the slices before + the rank.
   while (my_windows != 0) {
-    int64_t edge[kPlace], gather[kPlace], other[kPlace];
+    int64_t edge[kPlace];
     int32_t rank[kPlace];
-    acc_t weight[kPlace];
+    SmallEdge<acc_t> read[kPlace];
 #pragma unroll
     for (int b = 0; b < kPlace; ++b) {
       edge[b] = my_windows != 0
                     ? edge_of(w_begin + __ffsll(static_cast<long long>(my_windows)) - 1) : -1;
       my_windows &= my_windows - 1;
-      gather[b] = -1;
-      other[b] = 0;
       rank[b] = 0;
-      weight[b] = acc_t(0);
+      read[b] = SmallEdge<acc_t>{acc_t(0), -1, 0};
       if (edge[b] >= 0) {
-        const int64_t e = edge[b];
-        rank[b] = lists.slice_rank[e];
-        const int64_t g = static_cast<int64_t>(side.gather_index[e * side.gather_stride]);
-        bool ok = g >= 0 && g < side.num_gather;
-        if constexpr (TRIPLE) {
-          const int64_t o = static_cast<int64_t>(side.other_index[e * side.other_stride]);
-          ok = ok && o >= 0 && o < side.num_other;
-          other[b] = ok ? o : 0;
-        }
-        gather[b] = ok ? g : -1;
-        weight[b] = static_cast<acc_t>(grad_out[e]);
+        rank[b] = lists.slice_rank[edge[b]];
+        read[b] = read_small_edge<TRIPLE>(side, grad_out, edge[b]);
       }
     }
 #pragma unroll
@@ -666,9 +681,9 @@ __device__ __forceinline__ void plan_small_rows(const SmallSide<scalar_t, index_
       if (edge[b] < 0) break;
       const int key = rank[b] & 0xff;
       const int pos = row_start[key] + slice_count[key][warp] + (rank[b] >> 8);
-      lists.weight[pos] = weight[b];
-      lists.gather[pos] = gather[b];
-      if constexpr (TRIPLE) lists.other[pos] = other[b];
+      lists.weight[pos] = read[b].weight;
+      lists.gather[pos] = read[b].gather;
+      if constexpr (TRIPLE) lists.other[pos] = read[b].other;
     }
   }
 }
@@ -692,12 +707,6 @@ __global__ void __launch_bounds__(kSmallPlanThreads) edge_dot_grad_small_plan_ke
   }
 }
 
-// One edge as a lane holds it for the warp's sum: gather -1 when an index is out of range.
-template <typename acc_t>
-struct SmallEdge {
-  acc_t weight;
-  int64_t gather, other;
-};
 
 // Adds the edges that lanes [0, n) hold (`mine`), in lane order, to acc at columns [k, k + VEC)
 // (n warp-uniform): kWalkEdgesInFlight at a time, taken by shuffle, their rows in flight
@@ -1008,16 +1017,7 @@ __device__ __forceinline__ void fused_small_rows(const SmallSide<scalar_t, index
     for (int window = lo; window < hi; window += kWarp) {  // warp-uniform
       Edge mine{acc_t(0), -1, 0};
       if (window + lane < hi) {
-        const int64_t e = row_ids[window + lane];
-        const int64_t g = static_cast<int64_t>(side.gather_index[e * side.gather_stride]);
-        bool ok = g >= 0 && g < side.num_gather;
-        if constexpr (TRIPLE) {
-          const int64_t o = static_cast<int64_t>(side.other_index[e * side.other_stride]);
-          ok = ok && o >= 0 && o < side.num_other;
-          mine.other = ok ? o : 0;
-        }
-        mine.gather = ok ? g : -1;
-        mine.weight = static_cast<acc_t>(grad_out[e]);
+        mine = read_small_edge<TRIPLE>(side, grad_out, row_ids[window + lane]);
       }
       add_lane_edges<scalar_t, VEC, TRIPLE>(acc, side.in, k, active, mine,
                                             min(kWarp, hi - window));
