@@ -51,6 +51,16 @@ struct ForwardArgs {
   std::atomic<int64_t>* first_bad;  // null: not reported
 };
 
+// Asks for edge f's two rows ahead of their use; an index out of range asks for nothing.
+template <typename scalar_t, typename index_t>
+PYG_EDGEDOT_INLINE void prefetch_edge_rows(const ForwardArgs<scalar_t, index_t>& p,
+                                           int64_t f) {
+  const int64_t ps = static_cast<int64_t>(p.src_ptr[f * p.src_stride]);
+  const int64_t pd = static_cast<int64_t>(p.dst_ptr[f * p.dst_stride]);
+  if (ps >= 0 && ps < p.num_src) prefetch_lines(p.src_rows + ps * p.src_row_stride, p.row_bytes);
+  if (pd >= 0 && pd < p.num_dst) prefetch_lines(p.dst_rows + pd * p.dst_row_stride, p.row_bytes);
+}
+
 // Edges [begin, end): each edge reads its two rows once and writes one score; an edge with
 // an index out of range gets NaN and lowers first_bad (if reported).
 template <typename scalar_t, typename index_t>
@@ -60,16 +70,7 @@ PYG_EDGEDOT_INLINE void forward_range(const ForwardArgs<scalar_t, index_t>& p, i
   const scalar_t nan = static_cast<scalar_t>(std::numeric_limits<acc_t>::quiet_NaN());
   const bool has_rel = p.rel_rows != nullptr;
   for (int64_t e = begin; e < end; ++e) {
-    if (e + p.ahead < end) {
-      const int64_t ps = static_cast<int64_t>(p.src_ptr[(e + p.ahead) * p.src_stride]);
-      const int64_t pd = static_cast<int64_t>(p.dst_ptr[(e + p.ahead) * p.dst_stride]);
-      if (ps >= 0 && ps < p.num_src) {
-        prefetch_lines(p.src_rows + ps * p.src_row_stride, p.row_bytes);
-      }
-      if (pd >= 0 && pd < p.num_dst) {
-        prefetch_lines(p.dst_rows + pd * p.dst_row_stride, p.row_bytes);
-      }
-    }
+    if (e + p.ahead < end) prefetch_edge_rows(p, e + p.ahead);
     const int64_t s = static_cast<int64_t>(p.src_ptr[e * p.src_stride]);
     const int64_t d = static_cast<int64_t>(p.dst_ptr[e * p.dst_stride]);
     const int64_t t = has_rel ? static_cast<int64_t>(p.rel_ptr[e * p.rel_stride]) : 0;
@@ -121,13 +122,8 @@ PYG_EDGEDOT_AVX2_TARGET void forward_range_avx2_by4(
   };
   int64_t e = begin;
   for (; e + 4 <= end; e += 4) {
-    if (p.ahead > 0) {  // the rows of the edges `ahead` on; an index out of range: row 0
-      for (int j = 0; j < 4; ++j) {
-        const int64_t f = std::min(e + p.ahead + j, end - 1);
-        const uint64_t s = src_of(f), d = dst_of(f);
-        prefetch_lines(p.src_rows + (s < num_src ? s : 0) * p.src_row_stride, p.row_bytes);
-        prefetch_lines(p.dst_rows + (d < num_dst ? d : 0) * p.dst_row_stride, p.row_bytes);
-      }
+    if (p.ahead > 0) {  // the rows of the edges `ahead` on
+      for (int j = 0; j < 4; ++j) prefetch_edge_rows(p, std::min(e + p.ahead + j, end - 1));
     }
     const scalar_t* a[4];
     const scalar_t* b[4];
