@@ -12,6 +12,10 @@
 #              (TRITON_ARGS: the pytest arguments instead of -k "cuda or triton" tests)
 #   fallback   the full suite with PYG_EDGEDOT_FORCE_FALLBACK=1 (pure PyTorch, no build)
 #   sanitizer  compute-sanitizer memcheck on benchmarks/oob_probe.py (bad indices): 0 errors
+#   memcheck   compute-sanitizer memcheck on the CUDA tests in MEMCHECK_ARGS (default: the
+#              small-E fused backward's float32 tests) with the extension this script built
+#              -> memcheck.log (run it in this script: outside it, the build lands in another
+#              cache, and building under the sanitizer takes the whole call)
 #   bench      benchmarks/bench_edge_dot.py -> h200.{json,log,png} (README "Performance")
 #   hostw1     the host-overhead table alone (W1) -> h200_host_w1.{json,log,png}
 #   sampling   the sampler's CUDA tests first (the CUDA kernel's draws equal the C++ kernel's,
@@ -37,7 +41,9 @@
 #   ncu        Nsight Compute on the forward kernel of ours and of torch.compile, one launch
 #              each (the warm-up), at NCU_WORKLOAD (default W3) in NCU_ORDER (default sorted):
 #              throughput, memory, occupancy, launch and warp-state sections
-#              -> ncu_fwd_<workload>_<order>.log (NOTES Next 1-2, issue 19)
+#              -> ncu_fwd_<workload>_<order>.log (NOTES Next 1-2, issue 19). NCU_KERNELS, a
+#              regex, picks other kernels (e.g. 'small_fused|triton_' with NCU_WORKLOAD=W1:
+#              the small-E backward against compile's kernels, NOTES Next 5)
 # The result files carry the names they have in benchmarks/results/: copy them there to
 # publish a run (history stays in git).
 set -uo pipefail
@@ -74,6 +80,11 @@ for step in "$@"; do
       compute-sanitizer --tool memcheck --print-limit 20 python3 benchmarks/oob_probe.py \
         > "$OUT/sanitizer.log" 2>&1
       tail -6 "$OUT/sanitizer.log" ;;
+    memcheck)
+      eval "timeout 400 compute-sanitizer --tool memcheck --print-limit 20 python3 -m pytest -q \
+        -p no:cacheprovider ${MEMCHECK_ARGS:-tests/test_grad.py -k \"cuda and small and float32\"}" \
+        > "$OUT/memcheck.log" 2>&1
+      tail -4 "$OUT/memcheck.log" ;;
     bench)
       # The host-overhead table at W1, then W1-W7 x {random, sorted} x every peer + the giant.
       python3 benchmarks/bench_edge_dot.py --out "$OUT/h200.json" --plot "$OUT/h200.png" \
@@ -126,10 +137,11 @@ for step in "$@"; do
         --json "$OUT/ddp_nccl_1gpu_h200.json" 2>&1 | tail -6 ;;
     ncu)
       w=${NCU_WORKLOAD:-W3}; o=${NCU_ORDER:-sorted}; log="$OUT/ncu_fwd_${w}_${o}.log"
+      kernels=${NCU_KERNELS:-edge_dot_fwd|triton_}
       : > "$log"
       for method in pyg_edgedot compile; do
         # Skip the first call (compile's includes its compilation); profile the warm-up.
-        ncu --target-processes all -k "regex:edge_dot_fwd|triton_" --launch-skip 1 \
+        ncu --target-processes all -k "regex:$kernels" --launch-skip 1 \
           --launch-count 1 --section SpeedOfLight --section MemoryWorkloadAnalysis \
           --section Occupancy --section LaunchStats --section WarpStateStats \
           python3 benchmarks/bench_edge_dot.py --sections peers --workloads "$w" --orders "$o" \
@@ -138,7 +150,7 @@ for step in "$@"; do
       done
       keys="Duration|DRAM Throughput|Memory Throughput|Registers Per|Achieved Occ|Theoretical Occ"
       grep -E "^  [^ ].*\(|$keys|Block Limit" "$log" | head -40 ;;
-    *) echo "unknown step $step (steps: tests triton fallback sanitizer bench hostw1 sampling loss beyond topk examples e2e ddp ncu)"
+    *) echo "unknown step $step (steps: tests triton fallback sanitizer memcheck bench hostw1 sampling loss beyond topk examples e2e ddp ncu)"
        exit 2 ;;
   esac
 done
