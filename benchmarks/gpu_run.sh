@@ -43,7 +43,8 @@
 #              throughput, memory, occupancy, launch and warp-state sections
 #              -> ncu_fwd_<workload>_<order>.log (NOTES Next 1-2, issue 19). NCU_KERNELS, a
 #              regex, picks other kernels (e.g. 'small_fused|triton_' with NCU_WORKLOAD=W1:
-#              the small-E backward against compile's kernels, NOTES Next 5)
+#              the small-E backward against compile's kernels, NOTES Next 5); NCU_SKIP and
+#              NCU_COUNT (default 1 and 1) which of the matching launches are profiled
 # The result files carry the names they have in benchmarks/results/: copy them there to
 # publish a run (history stays in git).
 set -uo pipefail
@@ -84,8 +85,9 @@ for step in "$@"; do
         > "$OUT/sanitizer.log" 2>&1
       tail -6 "$OUT/sanitizer.log" ;;
     memcheck)
-      eval "timeout 400 compute-sanitizer --tool memcheck --print-limit 20 python3 -m pytest -q \
-        -p no:cacheprovider ${MEMCHECK_ARGS:-tests/test_grad.py -k \"cuda and small and float32\"}" \
+      eval "timeout 400 compute-sanitizer --tool memcheck --print-limit 20 \
+        python3 -m pytest -q -p no:cacheprovider \
+        ${MEMCHECK_ARGS:-tests/test_grad.py -k \"cuda and small and float32\"}" \
         > "$OUT/memcheck.log" 2>&1
       tail -4 "$OUT/memcheck.log" ;;
     bench)
@@ -144,8 +146,9 @@ for step in "$@"; do
       : > "$log"
       for method in pyg_edgedot compile; do
         # Skip the first call (compile's includes its compilation); profile the warm-up.
-        ncu --target-processes all -k "regex:$kernels" --launch-skip 1 \
-          --launch-count 1 --section SpeedOfLight --section MemoryWorkloadAnalysis \
+        ncu --target-processes all -k "regex:$kernels" --launch-skip "${NCU_SKIP:-1}" \
+          --launch-count "${NCU_COUNT:-1}" --section SpeedOfLight \
+          --section MemoryWorkloadAnalysis \
           --section Occupancy --section LaunchStats --section WarpStateStats \
           python3 benchmarks/bench_edge_dot.py --sections peers --workloads "$w" --orders "$o" \
             --methods "$method" --reps 1 --warmups 1 --skip-giant --out "$OUT/ncu_bench.json" \
