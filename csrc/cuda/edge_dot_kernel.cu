@@ -707,7 +707,6 @@ __global__ void __launch_bounds__(kSmallPlanThreads) edge_dot_grad_small_plan_ke
   }
 }
 
-
 // Adds the edges that lanes [0, n) hold (`mine`), in lane order, to acc at columns [k, k + VEC)
 // (n warp-uniform): kWalkEdgesInFlight at a time, taken by shuffle, their rows in flight
 // together (add_edges), as the sorted path adds them.
