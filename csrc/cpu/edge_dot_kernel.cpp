@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <atomic>
 #include <limits>
+#include <type_traits>
 
 #include "common.h"
 #include "prefetch.h"
@@ -144,11 +145,31 @@ PYG_EDGEDOT_AVX2_TARGET void forward_range_avx2_by4(
 }
 #endif
 
-// Prefetching rows costs instructions that only pay when the rows come from DRAM. Measured
-// with forward_range_avx2_by4 on this project's CPU (32 MB L3, 2 threads): 5 MB of feature
-// rows 8-50% faster without (E = 200K, D = 32 / 64), 20 MB level, 41 MB 7-15% slower
-// without, 102 MB (E = 2M, D = 128) sorted 20-40% slower without.
+// Prefetching rows costs instructions that only pay when the rows come from DRAM, and not
+// for every dtype on every CPU. Measured with forward_range_avx2_by4, 2 threads, E = 2M:
+// - AMD EPYC (1 MB L2 per core, 32 MB L3), float32: 5 MB of feature rows 8-50% faster
+//   without (E = 200K, D = 32 / 64), 20 MB level, 41 MB 7-15% slower without, 102 MB
+//   (D = 128) sorted 20-40% slower without.
+// - Intel Xeon (2 MB L2 per core, 480 MB L3; 2026-12-05, min of 9-15 calls, in turn):
+//   float32 faster without at every size tried: 100K nodes, D = 128 random 86-95 ms without
+//   against 99-119 with, sorted 41-52 against 53-75; 1M nodes, D = 64: 103 / 110 random,
+//   62 / 65 sorted; D = 256: 315 / 575, 201 / 340; 2M nodes, D = 128: 180 / 230, 120 / 138.
+//   One line per row, 4 to 32 edges ahead, or L2-only hints were slower than none too.
+//   bfloat16 and float16 faster with: 100K nodes, D = 128, bf16 random 55 with against 66
+//   without, sorted 30 / 36; fp16 49 / 74, 30 / 41; bf16 D = 256 121 / 162, 77 / 81.
+//   A likely reason: widening 16-bit rows takes more instructions per byte, so the
+//   out-of-order window holds fewer rows' loads without the prefetch.
+// The backward's prefetch pays on both (Intel, E = 2M, D = 128 fp32, forward + backward:
+// random 460 ms with, 700 without).
 constexpr int64_t kPrefetchMinRowBytes = int64_t{16} << 20;
+
+#if PYG_EDGEDOT_AVX2_CLONE
+template <typename scalar_t>
+bool forward_prefetch_pays() {
+  static const bool intel = __builtin_cpu_is("intel");
+  return !(intel && std::is_same_v<scalar_t, float>);
+}
+#endif
 
 // One task per range of edges (at::parallel_for).
 template <typename scalar_t, typename index_t>
@@ -186,7 +207,10 @@ void edge_dot_cpu_impl(const at::Tensor& x_src, const at::Tensor& x_dst,
   if constexpr (kFourDots<scalar_t>) {
     if (use_avx2() && !has_rel && four_dots_fit(p.feat_dim)) {
       range = &forward_range_avx2_by4<scalar_t, index_t>;
-      if ((p.num_src + p.num_dst) * p.row_bytes < kPrefetchMinRowBytes) p.ahead = 0;
+      if ((p.num_src + p.num_dst) * p.row_bytes < kPrefetchMinRowBytes ||
+          !forward_prefetch_pays<scalar_t>()) {
+        p.ahead = 0;
+      }
     }
   }
 #endif
