@@ -278,7 +278,9 @@ outs = []
 for dtype in (torch.float32, torch.float64, torch.bfloat16, torch.float16):
     # E = 303: the AVX2 loop's groups of four edges and a tail of three; 70,000 source rows
     # of D = 64 put the fp32/bf16/fp16 tables over the size from which it prefetches rows.
-    for n_src, d in ((50, 1), (50, 7), (50, 8), (50, 64), (50, 129), (50, 24), (70_000, 64)):
+    # D = 8, 24, 40: the loops' last half block of 8 (row_dot.h).
+    for n_src, d in ((50, 1), (50, 7), (50, 8), (50, 64), (50, 129), (50, 24), (50, 40),
+                     (70_000, 64)):
         xs = torch.randn(n_src, d, generator=g).to(dtype)
         xd = torch.randn(40, d, generator=g).to(dtype)
         ei = torch.stack([torch.randint(0, n_src, (303,), generator=g),
@@ -303,22 +305,25 @@ torch.save(outs, sys.argv[1])
 
 
 @pytest.mark.skipif(pyg_edgedot.backends()["cpu"] != "cpp", reason="needs the C++ CPU kernel")
-def test_cpu_avx2_loop_gives_the_baseline_bits(tmp_path):
+def test_cpu_isa_loops_give_the_baseline_bits(tmp_path):
     """The CPU scoring loops (edge_dot's forward, four edges at a time, and edge_dot_loss's
-    pairs) are compiled for the baseline ISA and again for AVX2, chosen at run time;
-    PYG_EDGEDOT_CPU_AVX2=0 forces the baseline. Both must give the same bits (on a CPU
-    without AVX2 both runs take the baseline, and the test checks nothing more)."""
+    pairs) are compiled for the baseline ISA, again for AVX2 and (the four-edge loop) for
+    AVX-512, chosen at run time; PYG_EDGEDOT_CPU_AVX512=0 forces AVX2 and
+    PYG_EDGEDOT_CPU_AVX2=0 the baseline. All must give the same bits (on a CPU without
+    AVX-512 or AVX2 two or three runs take the same loop, and the test checks nothing more)."""
     results = []
-    for avx2 in ("1", "0"):
-        path = tmp_path / f"avx2_{avx2}.pt"
-        env = dict(os.environ, PYG_EDGEDOT_CPU_AVX2=avx2)
+    for avx2, avx512 in (("1", "1"), ("1", "0"), ("0", "0")):
+        path = tmp_path / f"avx2_{avx2}_avx512_{avx512}.pt"
+        env = dict(os.environ, PYG_EDGEDOT_CPU_AVX2=avx2, PYG_EDGEDOT_CPU_AVX512=avx512)
         proc = subprocess.run([sys.executable, "-c", _ISA_SCRIPT, str(path)], env=env,
                               capture_output=True, text=True, timeout=600)
         assert proc.returncode == 0, proc.stderr[-2000:]
         results.append(torch.load(path))
-    assert len(results[0]) == len(results[1]) == 4 * 7 * 9
-    for a, b in zip(*results):  # the bytes: a bad edge's NaN is one constant in both loops
-        assert torch.equal(a.reshape(-1).view(torch.uint8), b.reshape(-1).view(torch.uint8))
+    assert len(results[0]) == 4 * 8 * 9
+    for other in results[1:]:
+        assert len(other) == len(results[0])
+        for a, b in zip(results[0], other):  # the bytes: a bad edge's NaN is one constant
+            assert torch.equal(a.reshape(-1).view(torch.uint8), b.reshape(-1).view(torch.uint8))
 
 
 # ---- the CUDA forward's small-E kernel against its chunked kernel ----------------------------

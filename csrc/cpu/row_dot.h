@@ -1,6 +1,6 @@
 // What the CPU kernels that score rows share (edge_dot_kernel.cpp, edge_dot_loss_kernel.cpp):
-// the row dot product, so that both give a pair the same score bit for bit, its four-pair AVX2
-// form (edge_dot's forward), and the run-time choice of their AVX2 clones.
+// the row dot product, so that both give a pair the same score bit for bit, its four-pair
+// AVX2 and AVX-512 forms (edge_dot's forward), and the run-time choice of the ISA clones.
 #pragma once
 
 #include <c10/util/BFloat16.h>
@@ -15,46 +15,71 @@
 
 namespace pyg_edgedot {
 
-// Hot loops are compiled twice: for the baseline ISA the extension is built for, and
-// (GCC/Clang on x86-64) with AVX2 for CPUs that have it, chosen at run time, so one build
-// runs anywhere and uses 256-bit vectors where it can. Both are built with
-// -ffp-contract=off (no FMA contraction), so they give the same bits.
+// Hot loops are compiled for the baseline ISA the extension is built for and again (GCC/Clang
+// on x86-64) with AVX2 and, for edge_dot's four-pair loop, AVX-512, chosen at run time, so
+// one build runs anywhere and uses the widest vectors it can. All are built with
+// -ffp-contract=off (no FMA contraction) and add in row_dot's order, so they give the same
+// bits.
 #if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__)
 #define PYG_EDGEDOT_AVX2_CLONE 1
 #define PYG_EDGEDOT_AVX2_TARGET __attribute__((target("avx2,fma,f16c")))
+#define PYG_EDGEDOT_AVX512_TARGET __attribute__((target("avx512f,avx2,fma,f16c")))
 #include <immintrin.h>
 #else
 #define PYG_EDGEDOT_AVX2_CLONE 0
 #define PYG_EDGEDOT_AVX2_TARGET
+#define PYG_EDGEDOT_AVX512_TARGET
 #endif
 
-// Dot product of two rows with eight partial sums, so the compiler can vectorize it.
+// Dot product of two rows with sixteen partial sums, so the compiler can vectorize it and one
+// 512-bit register (or two 256-bit ones) holds a pair's sums: part[j] adds elements j, j + 16,
+// j + 32, ... in order, then a last half block of 8 goes to part[0..7] and the last n % 8
+// elements to part[0]; the sums are reduced as q[j] = part[j] + part[j + 8], then
+// ((q0 + q1) + (q2 + q3)) + ((q4 + q5) + (q6 + q7)). Every loop that scores rows on the CPU
+// keeps this order.
 template <typename scalar_t, typename acc_t>
 PYG_EDGEDOT_INLINE acc_t row_dot(const scalar_t* a, const scalar_t* b, int64_t n) {
-  acc_t part[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  acc_t part[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
   int64_t k = 0;
-  for (; k + 8 <= n; k += 8) {
-    for (int j = 0; j < 8; ++j) {
+  for (; k + 16 <= n; k += 16) {
+    for (int j = 0; j < 16; ++j) {
       part[j] += static_cast<acc_t>(a[k + j]) * static_cast<acc_t>(b[k + j]);
     }
   }
+  if (k + 8 <= n) {
+    for (int j = 0; j < 8; ++j) {
+      part[j] += static_cast<acc_t>(a[k + j]) * static_cast<acc_t>(b[k + j]);
+    }
+    k += 8;
+  }
   for (; k < n; ++k) part[0] += static_cast<acc_t>(a[k]) * static_cast<acc_t>(b[k]);
-  return ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
+  acc_t q[8];
+  for (int j = 0; j < 8; ++j) q[j] = part[j] + part[j + 8];
+  return ((q[0] + q[1]) + (q[2] + q[3])) + ((q[4] + q[5]) + (q[6] + q[7]));
 }
 
 #if PYG_EDGEDOT_AVX2_CLONE
-// PYG_EDGEDOT_CPU_AVX2=0 keeps the baseline loops (tests/test_edge_dot.py compares the two).
+// PYG_EDGEDOT_CPU_AVX2=0 keeps the baseline loops, PYG_EDGEDOT_CPU_AVX512=0 the AVX2 ones
+// (tests/test_edge_dot.py compares the three).
+inline bool env_is_zero(const char* name) {
+  const char* env = std::getenv(name);
+  return env != nullptr && std::string(env) == "0";
+}
+
 inline bool use_avx2() {
-  static const bool use = [] {
-    const char* env = std::getenv("PYG_EDGEDOT_CPU_AVX2");
-    if (env != nullptr && std::string(env) == "0") return false;
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-           __builtin_cpu_supports("f16c");
-  }();
+  static const bool use = !env_is_zero("PYG_EDGEDOT_CPU_AVX2") &&
+                          __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                          __builtin_cpu_supports("f16c");
   return use;
 }
 
-// Eight elements of a row, widened to float exactly (as static_cast<float> does).
+inline bool use_avx512() {
+  static const bool use =
+      use_avx2() && !env_is_zero("PYG_EDGEDOT_CPU_AVX512") && __builtin_cpu_supports("avx512f");
+  return use;
+}
+
+// Eight (sixteen) elements of a row, widened to float exactly (as static_cast<float> does).
 PYG_EDGEDOT_AVX2_TARGET PYG_EDGEDOT_INLINE __m256 load8(const float* x) {
   return _mm256_loadu_ps(x);
 }
@@ -65,35 +90,81 @@ PYG_EDGEDOT_AVX2_TARGET PYG_EDGEDOT_INLINE __m256 load8(const c10::BFloat16* x) 
 PYG_EDGEDOT_AVX2_TARGET PYG_EDGEDOT_INLINE __m256 load8(const c10::Half* x) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x)));
 }
+PYG_EDGEDOT_AVX512_TARGET PYG_EDGEDOT_INLINE __m512 load16(const float* x) {
+  return _mm512_loadu_ps(x);
+}
+PYG_EDGEDOT_AVX512_TARGET PYG_EDGEDOT_INLINE __m512 load16(const c10::BFloat16* x) {
+  const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16));
+}
+PYG_EDGEDOT_AVX512_TARGET PYG_EDGEDOT_INLINE __m512 load16(const c10::Half* x) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x)));
+}
 
-// The rows four_dots takes: float, bf16 or fp16 (opmath float), whole vectors of 8.
+// The rows the four-pair loops take: float, bf16 or fp16 (opmath float), whole vectors of 8.
 template <typename scalar_t>
 constexpr bool kFourDots = std::is_same_v<scalar_t, float> ||
                            std::is_same_v<scalar_t, c10::BFloat16> ||
                            std::is_same_v<scalar_t, c10::Half>;
 inline bool four_dots_fit(int64_t dim) { return dim % 8 == 0; }
 
-// row_dot of four pairs (a[j], b[j]) at once, lane j of the result: four accumulators keep
-// four pairs' row loads in flight together, and one horizontal-add tree reduces the four.
-// Lane i of accumulator j is row_dot's part[i] for pair j (the same products added in the
-// same order, no FMA: -ffp-contract=off), and the tree adds ((p0 + p1) + (p2 + p3)) +
-// ((p4 + p5) + (p6 + p7)) as row_dot does, so each score has row_dot's bits. dim: a multiple
-// of 8 (four_dots_fit).
-template <typename scalar_t>
-PYG_EDGEDOT_AVX2_TARGET PYG_EDGEDOT_INLINE __m128 four_dots(const scalar_t* const* a,
-                                                           const scalar_t* const* b,
-                                                           int64_t dim) {
-  __m256 c0 = _mm256_setzero_ps(), c1 = c0, c2 = c0, c3 = c0;
-  for (int64_t k = 0; k < dim; k += 8) {
-    c0 = _mm256_add_ps(c0, _mm256_mul_ps(load8(a[0] + k), load8(b[0] + k)));
-    c1 = _mm256_add_ps(c1, _mm256_mul_ps(load8(a[1] + k), load8(b[1] + k)));
-    c2 = _mm256_add_ps(c2, _mm256_mul_ps(load8(a[2] + k), load8(b[2] + k)));
-    c3 = _mm256_add_ps(c3, _mm256_mul_ps(load8(a[3] + k), load8(b[3] + k)));
-  }
-  // hadd(x, y) = [x0+x1, x2+x3, y0+y1, y2+y3 | x4+x5, x6+x7, y4+y5, y6+y7]: twice, then the
-  // two 128-bit halves added.
-  const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(c0, c1), _mm256_hadd_ps(c2, c3));
+// The four pairs' q (row_dot's part[j] + part[j + 8]) reduced as row_dot reduces it, lane j
+// of the result: hadd(x, y) = [x0+x1, x2+x3, y0+y1, y2+y3 | x4+x5, x6+x7, y4+y5, y6+y7],
+// twice, then the two 128-bit halves added.
+PYG_EDGEDOT_AVX2_TARGET PYG_EDGEDOT_INLINE __m128 reduce_four(__m256 q0, __m256 q1, __m256 q2,
+                                                             __m256 q3) {
+  const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(q0, q1), _mm256_hadd_ps(q2, q3));
   return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+}
+
+// row_dot of four pairs (a[j], b[j]) at once, lane j of the result, with 256-bit vectors:
+// pair j's part[0..7] in lo[j] and part[8..15] in hi[j] (the same products added in the same
+// order, no FMA: -ffp-contract=off); eight accumulators keep four pairs' row loads in flight
+// together. dim: a multiple of 8 (four_dots_fit).
+template <typename scalar_t>
+PYG_EDGEDOT_AVX2_TARGET PYG_EDGEDOT_INLINE __m128 four_dots_avx2(const scalar_t* const* a,
+                                                                const scalar_t* const* b,
+                                                                int64_t dim) {
+  __m256 lo[4], hi[4];
+  for (int j = 0; j < 4; ++j) lo[j] = hi[j] = _mm256_setzero_ps();
+  int64_t k = 0;
+  for (; k + 16 <= dim; k += 16) {
+    for (int j = 0; j < 4; ++j) {
+      lo[j] = _mm256_add_ps(lo[j], _mm256_mul_ps(load8(a[j] + k), load8(b[j] + k)));
+      hi[j] = _mm256_add_ps(hi[j], _mm256_mul_ps(load8(a[j] + k + 8), load8(b[j] + k + 8)));
+    }
+  }
+  if (k < dim) {  // the half block
+    for (int j = 0; j < 4; ++j) {
+      lo[j] = _mm256_add_ps(lo[j], _mm256_mul_ps(load8(a[j] + k), load8(b[j] + k)));
+    }
+  }
+  return reduce_four(_mm256_add_ps(lo[0], hi[0]), _mm256_add_ps(lo[1], hi[1]),
+                     _mm256_add_ps(lo[2], hi[2]), _mm256_add_ps(lo[3], hi[3]));
+}
+
+// The same with 512-bit vectors: pair j's sixteen sums in one register, the half block added
+// to its low half, then q = low half + high half.
+template <typename scalar_t>
+PYG_EDGEDOT_AVX512_TARGET PYG_EDGEDOT_INLINE __m128 four_dots_avx512(const scalar_t* const* a,
+                                                                    const scalar_t* const* b,
+                                                                    int64_t dim) {
+  __m512 c[4];
+  for (int j = 0; j < 4; ++j) c[j] = _mm512_setzero_ps();
+  int64_t k = 0;
+  for (; k + 16 <= dim; k += 16) {
+    for (int j = 0; j < 4; ++j) {
+      c[j] = _mm512_add_ps(c[j], _mm512_mul_ps(load16(a[j] + k), load16(b[j] + k)));
+    }
+  }
+  __m256 q[4];
+  for (int j = 0; j < 4; ++j) {
+    __m256 lo = _mm512_castps512_ps256(c[j]);
+    if (k < dim) lo = _mm256_add_ps(lo, _mm256_mul_ps(load8(a[j] + k), load8(b[j] + k)));
+    const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(c[j]), 1));
+    q[j] = _mm256_add_ps(lo, hi);
+  }
+  return reduce_four(q[0], q[1], q[2], q[3]);
 }
 
 // The four scores in `out`'s dtype (rounded as static_cast<scalar_t> rounds a float).
