@@ -111,8 +111,11 @@ PYG_EDGEDOT_AVX2_TARGET void forward_range_avx2(
 // 97-100 ms, sorted level (47-51). On an Intel Xeon (2026-12-05, float32, no prefetch, min
 // of 11-41 calls in turn), the AVX-512 form against the AVX2 one: E = 200K, D = 64: random
 // 1.66 -> 1.53 ms, sorted 1.01 -> 0.93 (torch.compile 1.72 and 1.11); E = 2M, D = 128:
-// random 87 -> 86, sorted 47 -> 42 (compile 89 and 47). A group with an index out of range,
-// and the last E % 4 edges, take forward_range.
+// random 87 -> 86, sorted 47 -> 42 (compile 89 and 47). Any D: rows whose D is not a
+// multiple of 8 end in masked loads (E = 2M, 100K nodes, against compile in the same process:
+// D = 100 random 67.9 ms / 72.6, sorted 36.4 / 40.4; D = 127 79.6 / 85.4, 40.2 / 45.5; the
+// one-edge loop took 77.1 / 67.9, 40.2 / 36.3 and 103.7 / 87.2, 64.4 / 45.9). A group with
+// an index out of range, and the last E % 4 edges, take forward_range.
 template <typename Dots, typename scalar_t, typename index_t>
 inline void forward_range_by4(const ForwardArgs<scalar_t, index_t>& p, int64_t begin,
                               int64_t end) {
@@ -241,7 +244,7 @@ void edge_dot_cpu_impl(const at::Tensor& x_src, const at::Tensor& x_dst,
 #if PYG_EDGEDOT_AVX2_CLONE
   if (use_avx2()) range = &forward_range_avx2<scalar_t, index_t>;
   if constexpr (kFourDots<scalar_t>) {
-    if (use_avx2() && !has_rel && four_dots_fit(p.feat_dim)) {
+    if (use_avx2() && !has_rel) {
       range = use_avx512() ? &forward_range_avx512_by4<scalar_t, index_t>
                            : &forward_range_avx2_by4<scalar_t, index_t>;
       if ((p.num_src + p.num_dst) * p.row_bytes < kPrefetchMinRowBytes ||

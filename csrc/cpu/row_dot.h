@@ -34,7 +34,8 @@ namespace pyg_edgedot {
 // Dot product of two rows with sixteen partial sums, so the compiler can vectorize it and one
 // 512-bit register (or two 256-bit ones) holds a pair's sums: part[j] adds elements j, j + 16,
 // j + 32, ... in order, then a last half block of 8 goes to part[0..7] and the last n % 8
-// elements to part[0]; the sums are reduced as q[j] = part[j] + part[j + 8], then
+// elements to part[0..n % 8 - 1] (a half block cut short, so a vector loop adds it with masked
+// loads); the sums are reduced as q[j] = part[j] + part[j + 8], then
 // ((q0 + q1) + (q2 + q3)) + ((q4 + q5) + (q6 + q7)). Every loop that scores rows on the CPU
 // keeps this order.
 template <typename scalar_t, typename acc_t>
@@ -52,7 +53,9 @@ PYG_EDGEDOT_INLINE acc_t row_dot(const scalar_t* a, const scalar_t* b, int64_t n
     }
     k += 8;
   }
-  for (; k < n; ++k) part[0] += static_cast<acc_t>(a[k]) * static_cast<acc_t>(b[k]);
+  for (int j = 0; k + j < n; ++j) {
+    part[j] += static_cast<acc_t>(a[k + j]) * static_cast<acc_t>(b[k + j]);
+  }
   acc_t q[8];
   for (int j = 0; j < 8; ++j) q[j] = part[j] + part[j + 8];
   return ((q[0] + q[1]) + (q[2] + q[3])) + ((q[4] + q[5]) + (q[6] + q[7]));
@@ -101,12 +104,42 @@ PYG_EDGEDOT_AVX512_TARGET PYG_EDGEDOT_INLINE __m512 load16(const c10::Half* x) {
   return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x)));
 }
 
-// The rows the four-pair loops take: float, bf16 or fp16 (opmath float), whole vectors of 8.
+// The rows the four-pair loops take: float, bf16 or fp16 (opmath float).
 template <typename scalar_t>
 constexpr bool kFourDots = std::is_same_v<scalar_t, float> ||
                            std::is_same_v<scalar_t, c10::BFloat16> ||
                            std::is_same_v<scalar_t, c10::Half>;
-inline bool four_dots_fit(int64_t dim) { return dim % 8 == 0; }
+
+// The last count < 8 elements of a row as a vector, zeros after them (masked loads never read
+// past the row); adding their products to part[0..7] adds +0 in the lanes past count, which
+// leaves those sums as they are (a running sum from +0 is never -0).
+PYG_EDGEDOT_AVX2_TARGET PYG_EDGEDOT_INLINE __m256 load8_first(const float* x, int64_t count) {
+  const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  return _mm256_maskload_ps(x, _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(count)),
+                                                  lanes));
+}
+template <typename scalar_t>
+PYG_EDGEDOT_AVX2_TARGET PYG_EDGEDOT_INLINE __m256 load8_first(const scalar_t* x, int64_t count) {
+  alignas(32) float part[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  for (int64_t i = 0; i < count; ++i) part[i] = static_cast<float>(x[i]);
+  return _mm256_load_ps(part);
+}
+
+// row_dot's half block and tail from element k on (dim - k < 16), added to lo = part[0..7].
+template <typename scalar_t>
+PYG_EDGEDOT_AVX2_TARGET PYG_EDGEDOT_INLINE __m256 add_last(__m256 lo, const scalar_t* a,
+                                                          const scalar_t* b, int64_t k,
+                                                          int64_t dim) {
+  if (k + 8 <= dim) {
+    lo = _mm256_add_ps(lo, _mm256_mul_ps(load8(a + k), load8(b + k)));
+    k += 8;
+  }
+  if (k < dim) {
+    lo = _mm256_add_ps(lo, _mm256_mul_ps(load8_first(a + k, dim - k),
+                                         load8_first(b + k, dim - k)));
+  }
+  return lo;
+}
 
 // The four pairs' q (row_dot's part[j] + part[j + 8]) reduced as row_dot reduces it, lane j
 // of the result: hadd(x, y) = [x0+x1, x2+x3, y0+y1, y2+y3 | x4+x5, x6+x7, y4+y5, y6+y7],
@@ -120,7 +153,7 @@ PYG_EDGEDOT_AVX2_TARGET PYG_EDGEDOT_INLINE __m128 reduce_four(__m256 q0, __m256 
 // row_dot of four pairs (a[j], b[j]) at once, lane j of the result, with 256-bit vectors:
 // pair j's part[0..7] in lo[j] and part[8..15] in hi[j] (the same products added in the same
 // order, no FMA: -ffp-contract=off); eight accumulators keep four pairs' row loads in flight
-// together. dim: a multiple of 8 (four_dots_fit).
+// together.
 template <typename scalar_t>
 PYG_EDGEDOT_AVX2_TARGET PYG_EDGEDOT_INLINE __m128 four_dots_avx2(const scalar_t* const* a,
                                                                 const scalar_t* const* b,
@@ -134,17 +167,15 @@ PYG_EDGEDOT_AVX2_TARGET PYG_EDGEDOT_INLINE __m128 four_dots_avx2(const scalar_t*
       hi[j] = _mm256_add_ps(hi[j], _mm256_mul_ps(load8(a[j] + k + 8), load8(b[j] + k + 8)));
     }
   }
-  if (k < dim) {  // the half block
-    for (int j = 0; j < 4; ++j) {
-      lo[j] = _mm256_add_ps(lo[j], _mm256_mul_ps(load8(a[j] + k), load8(b[j] + k)));
-    }
+  if (k < dim) {
+    for (int j = 0; j < 4; ++j) lo[j] = add_last(lo[j], a[j], b[j], k, dim);
   }
   return reduce_four(_mm256_add_ps(lo[0], hi[0]), _mm256_add_ps(lo[1], hi[1]),
                      _mm256_add_ps(lo[2], hi[2]), _mm256_add_ps(lo[3], hi[3]));
 }
 
-// The same with 512-bit vectors: pair j's sixteen sums in one register, the half block added
-// to its low half, then q = low half + high half.
+// The same with 512-bit vectors: pair j's sixteen sums in one register, the half block and
+// the tail added to its low half, then q = low half + high half.
 template <typename scalar_t>
 PYG_EDGEDOT_AVX512_TARGET PYG_EDGEDOT_INLINE __m128 four_dots_avx512(const scalar_t* const* a,
                                                                     const scalar_t* const* b,
@@ -160,7 +191,7 @@ PYG_EDGEDOT_AVX512_TARGET PYG_EDGEDOT_INLINE __m128 four_dots_avx512(const scala
   __m256 q[4];
   for (int j = 0; j < 4; ++j) {
     __m256 lo = _mm512_castps512_ps256(c[j]);
-    if (k < dim) lo = _mm256_add_ps(lo, _mm256_mul_ps(load8(a[j] + k), load8(b[j] + k)));
+    if (k < dim) lo = add_last(lo, a[j], b[j], k, dim);
     const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(c[j]), 1));
     q[j] = _mm256_add_ps(lo, hi);
   }
