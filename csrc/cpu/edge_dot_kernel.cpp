@@ -151,25 +151,7 @@ inline void forward_range_by4(const ForwardArgs<scalar_t, index_t>& p, int64_t b
   forward_range(p, e, end);
 }
 
-struct Avx2Dots {
-  template <typename scalar_t>
-  PYG_EDGEDOT_AVX2_TARGET static void score4(const scalar_t* const* a, const scalar_t* const* b,
-                                             int64_t dim, scalar_t* out) {
-    store4(four_dots_avx2(a, b, dim), out);
-  }
-};
-
-struct Avx512Dots {
-  template <typename scalar_t>
-  PYG_EDGEDOT_AVX512_TARGET static void score4(const scalar_t* const* a,
-                                               const scalar_t* const* b, int64_t dim,
-                                               scalar_t* out) {
-    store4(four_dots_avx512(a, b, dim), out);
-  }
-};
-
-// The loop's clone for each ISA: flatten inlines the loop and everything it calls (its Dots
-// among them) into the clone, so each is compiled for its own target.
+// The loop's clone for each ISA (row_dot.h says why flatten).
 template <typename scalar_t, typename index_t>
 PYG_EDGEDOT_AVX2_TARGET __attribute__((flatten)) void forward_range_avx2_by4(
     const ForwardArgs<scalar_t, index_t>& p, int64_t begin, int64_t end) {

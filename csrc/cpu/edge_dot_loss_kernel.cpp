@@ -130,9 +130,24 @@ PYG_EDGEDOT_INLINE void make_pairs(const Args<scalar_t, index_t>& p, int64_t e0,
   }
 }
 
-// Block [e0, e1) of the forward: its pairs, scores, score_grad rows; returns its terms' sum.
+// A pair's rows, asked for ahead of their use (nothing for a pair with an index out of range).
 template <typename scalar_t, typename index_t>
-PYG_EDGEDOT_INLINE at::opmath_type<scalar_t> forward_block(
+PYG_EDGEDOT_INLINE void prefetch_pair(const Args<scalar_t, index_t>& p, const Pair& pair,
+                                      int64_t row_bytes) {
+  if (pair.src < 0) return;
+  prefetch_lines(p.src_rows + pair.src * p.src_row_stride, row_bytes);
+  prefetch_lines(p.dst_rows + pair.dst * p.dst_row_stride, row_bytes);
+}
+
+// Block [e0, e1) of the forward: its pairs, scores, score_grad rows; returns its terms' sum.
+// Dots: one pair at a time, or four (row_dot.h's four-pair forms, the same bits). Four at a
+// time in AVX-512 against the AVX2 one-pair loop on an Intel Xeon (2026-12-05, 100K nodes,
+// 250K positives, D = 64, one thread, min of 15, two rounds): K = 1 fp32 20.4-23.9 ms against
+// 24.4-24.9, bf16 15.8-17.7 against 18.8-22.1; K = 4 (an A/B in one process) fp32 56 against
+// 69, bf16 45 against 55. The four-pair AVX2 form measured no gain on an AMD EPYC
+// (benchmarks/NOTES.md, tried and rejected), so the AVX2 clone keeps one at a time.
+template <typename scalar_t, typename index_t, typename Dots = OnePairAtATime>
+inline at::opmath_type<scalar_t> forward_block(
     const Args<scalar_t, index_t>& p, Loss loss, int64_t e0, int64_t e1, Pair* pairs,
     at::opmath_type<scalar_t>* scores, scalar_t* score_grad, std::atomic<int64_t>* first_bad) {
   using acc_t = at::opmath_type<scalar_t>;
@@ -140,16 +155,41 @@ PYG_EDGEDOT_INLINE at::opmath_type<scalar_t> forward_block(
   const int64_t n = (e1 - e0) * width;
   const int64_t row_bytes = p.feat_dim * static_cast<int64_t>(sizeof(scalar_t));
   make_pairs(p, e0, e1, pairs, first_bad);
-  for (int64_t i = 0; i < n; ++i) {
-    if (i + p.ahead < n && pairs[i + p.ahead].src >= 0) {
-      prefetch_lines(p.src_rows + pairs[i + p.ahead].src * p.src_row_stride, row_bytes);
-      prefetch_lines(p.dst_rows + pairs[i + p.ahead].dst * p.dst_row_stride, row_bytes);
-    }
-    if (pairs[i].src < 0) continue;
+  auto score_one = [&](int64_t i) {  // rounded to the features' dtype, as edge_dot returns it
     const acc_t dot = row_dot<scalar_t, acc_t>(p.src_rows + pairs[i].src * p.src_row_stride,
                                                p.dst_rows + pairs[i].dst * p.dst_row_stride,
                                                p.feat_dim);
     scores[i] = static_cast<acc_t>(static_cast<scalar_t>(dot));
+  };
+  int64_t i = 0;
+  if constexpr (!std::is_same_v<Dots, OnePairAtATime>) {
+    for (; i + 4 <= n; i += 4) {
+      for (int j = 0; j < 4; ++j) {
+        prefetch_pair(p, pairs[std::min(i + p.ahead + j, n - 1)], row_bytes);
+      }
+      const scalar_t* a[4];
+      const scalar_t* b[4];
+      bool bad = false;
+      for (int j = 0; j < 4; ++j) {
+        const Pair& pair = pairs[i + j];
+        bad |= pair.src < 0;
+        a[j] = p.src_rows + std::max<int64_t>(pair.src, 0) * p.src_row_stride;
+        b[j] = p.dst_rows + std::max<int64_t>(pair.dst, 0) * p.dst_row_stride;
+      }
+      if (bad) {
+        for (int j = 0; j < 4; ++j) {
+          if (pairs[i + j].src >= 0) score_one(i + j);
+        }
+        continue;
+      }
+      scalar_t four[4];
+      Dots::score4(a, b, p.feat_dim, four);
+      for (int j = 0; j < 4; ++j) scores[i + j] = static_cast<acc_t>(four[j]);
+    }
+  }
+  for (; i < n; ++i) {
+    if (i + p.ahead < n) prefetch_pair(p, pairs[i + p.ahead], row_bytes);
+    if (pairs[i].src >= 0) score_one(i);
   }
   acc_t sum = 0;
   for (int64_t e = e0; e < e1; ++e) {
@@ -176,11 +216,21 @@ at::opmath_type<scalar_t> forward_block_baseline(const Args<scalar_t, index_t>& 
 }
 
 #if PYG_EDGEDOT_AVX2_CLONE
+// The clones for each ISA (row_dot.h says why flatten).
 template <typename scalar_t, typename index_t>
-PYG_EDGEDOT_AVX2_TARGET at::opmath_type<scalar_t> forward_block_avx2(
+PYG_EDGEDOT_AVX2_TARGET __attribute__((flatten)) at::opmath_type<scalar_t> forward_block_avx2(
     const Args<scalar_t, index_t>& p, Loss loss, int64_t e0, int64_t e1, Pair* pairs,
     at::opmath_type<scalar_t>* scores, scalar_t* score_grad, std::atomic<int64_t>* first_bad) {
   return forward_block(p, loss, e0, e1, pairs, scores, score_grad, first_bad);
+}
+
+template <typename scalar_t, typename index_t>
+PYG_EDGEDOT_AVX512_TARGET __attribute__((flatten)) at::opmath_type<scalar_t>
+forward_block_avx512(const Args<scalar_t, index_t>& p, Loss loss, int64_t e0, int64_t e1,
+                     Pair* pairs, at::opmath_type<scalar_t>* scores, scalar_t* score_grad,
+                     std::atomic<int64_t>* first_bad) {
+  return forward_block<scalar_t, index_t, Avx512Dots>(p, loss, e0, e1, pairs, scores,
+                                                      score_grad, first_bad);
 }
 #endif
 
@@ -252,6 +302,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> edge_dot_loss_cpu(const loss::Cal
       auto block = &forward_block_baseline<scalar_t, index_t>;
 #if PYG_EDGEDOT_AVX2_CLONE
       if (use_avx2()) block = &forward_block_avx2<scalar_t, index_t>;
+      if constexpr (kFourDots<scalar_t>) {
+        if (use_avx512()) block = &forward_block_avx512<scalar_t, index_t>;
+      }
 #endif
       at::parallel_for(0, num_blocks, 1, [&](int64_t b0, int64_t b1) {
         std::vector<Pair> pairs(block_pos * width);

@@ -209,6 +209,32 @@ PYG_EDGEDOT_AVX2_TARGET PYG_EDGEDOT_INLINE void store4(__m128 score, scalar_t* o
     for (int j = 0; j < 4; ++j) out[j] = static_cast<scalar_t>(part[j]);
   }
 }
+
+// The four-pair forms as types, for the loops templated on them (edge_dot's forward, the
+// loss's pairs): score4 writes four pairs' scores in the rows' dtype. Such a loop is compiled
+// for a form's ISA by a clone with that target and __attribute__((flatten)), which inlines
+// the loop and score4 into the clone: the loop itself has no target (GCC will not inline a
+// function built for a wider ISA into one that is not), so it is plain `inline`, not
+// always-inline.
+struct Avx2Dots {
+  template <typename scalar_t>
+  PYG_EDGEDOT_AVX2_TARGET static void score4(const scalar_t* const* a, const scalar_t* const* b,
+                                             int64_t dim, scalar_t* out) {
+    store4(four_dots_avx2(a, b, dim), out);
+  }
+};
+
+struct Avx512Dots {
+  template <typename scalar_t>
+  PYG_EDGEDOT_AVX512_TARGET static void score4(const scalar_t* const* a,
+                                               const scalar_t* const* b, int64_t dim,
+                                               scalar_t* out) {
+    store4(four_dots_avx512(a, b, dim), out);
+  }
+};
 #endif
+
+// A loop templated on a four-pair form that scores one pair at a time instead.
+struct OnePairAtATime {};
 
 }  // namespace pyg_edgedot
