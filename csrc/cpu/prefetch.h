@@ -15,7 +15,7 @@ inline int64_t prefetch_distance(int64_t bytes_per_edge) {
 }
 
 // Inlined even where the compiler would not choose to (the CPU kernels' hot loops and what
-// they call, so that edge_dot_kernel.cpp's AVX2 clone gets its own copy of each).
+// they call, so that each ISA clone of a loop (row_dot.h) gets its own copy of each).
 #if defined(__GNUC__) || defined(__clang__)
 #define PYG_EDGEDOT_INLINE inline __attribute__((always_inline))
 #else

@@ -16,10 +16,10 @@
 namespace pyg_edgedot {
 
 // Hot loops are compiled for the baseline ISA the extension is built for and again (GCC/Clang
-// on x86-64) with AVX2 and, for edge_dot's four-pair loop, AVX-512, chosen at run time, so
-// one build runs anywhere and uses the widest vectors it can. All are built with
-// -ffp-contract=off (no FMA contraction) and add in row_dot's order, so they give the same
-// bits.
+// on x86-64) with AVX2 and, for the four-pair loops (edge_dot's forward, the loss's pairs),
+// AVX-512, chosen at run time, so one build runs anywhere and uses the widest vectors it can.
+// All are built with -ffp-contract=off (no FMA contraction) and add in row_dot's order, so
+// they give the same bits.
 #if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__)
 #define PYG_EDGEDOT_AVX2_CLONE 1
 #define PYG_EDGEDOT_AVX2_TARGET __attribute__((target("avx2,fma,f16c")))
