@@ -15,7 +15,8 @@
 #   memcheck   compute-sanitizer memcheck on the CUDA tests in MEMCHECK_ARGS (default: the
 #              small-E fused backward's float32 tests) with the extension this script built
 #              -> memcheck.log (run it in this script: outside it, the build lands in another
-#              cache, and building under the sanitizer takes the whole call)
+#              cache, and building under the sanitizer takes the whole call); MEMCHECK_TIMEOUT
+#              (default 400 s) bounds it
 #   bench      benchmarks/bench_edge_dot.py -> h200.{json,log,png} (README "Performance")
 #   hostw1     the host-overhead table alone (W1) -> h200_host_w1.{json,log,png}
 #   sampling   the sampler's CUDA tests first (the CUDA kernel's draws equal the C++ kernel's,
@@ -85,7 +86,7 @@ for step in "$@"; do
         > "$OUT/sanitizer.log" 2>&1
       tail -6 "$OUT/sanitizer.log" ;;
     memcheck)
-      eval "timeout 400 compute-sanitizer --tool memcheck --print-limit 20 \
+      eval "timeout ${MEMCHECK_TIMEOUT:-400} compute-sanitizer --tool memcheck --print-limit 20 \
         python3 -m pytest -q -p no:cacheprovider \
         ${MEMCHECK_ARGS:-tests/test_grad.py -k \"cuda and small and float32\"}" \
         > "$OUT/memcheck.log" 2>&1
