@@ -278,6 +278,13 @@ def cuda_kernel_on_cuda(group: str) -> bool:
     return _backend.loaded().table[group, "cuda"].impl == "cuda"
 
 
+def cpp_kernel_on_cpu(group: str) -> bool:
+    """Whether ``group``'s compiled C++ kernels (``csrc/cpu/``) serve its ops on CPU tensors
+    (not the pure-PyTorch fallback)."""
+    from pyg_edgedot import _backend
+    return _backend.loaded().table[group, "cpu"].impl == "cpp"
+
+
 def scores_bitwise_alike(group: str, device: str) -> bool:
     """Whether ``group``'s ops score pairs bitwise alike across calls of different shapes and
     sum gradients in a fixed order on ``device``: true of the C++, CUDA and Triton kernels

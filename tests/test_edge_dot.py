@@ -300,15 +300,25 @@ for dtype in (torch.float32, torch.float64, torch.bfloat16, torch.float16):
         outs.extend(torch.ops.pyg_edgedot.edge_dot_loss(
             xs, xd, ei[0], ei[1], torch.tensor(7), empty, empty, 3, n_src, 40, True, "uniform",
             "bce", "sum"))
+        # score_candidates / rank_candidates: four candidates at a time, K % 4 = 3, strided
+        # candidates, and an index out of range inside a group of four.
+        src, cand = ei[0, :11], ei[1].reshape(3, 101)[:, :99].reshape(11, 27)
+        outs.append(pyg_edgedot.score_candidates(xs, xd, src, cand))
+        outs.append(pyg_edgedot.score_candidates(xs, xd, src, cand.t().contiguous().t()))
+        outs.append(pyg_edgedot.rank_candidates(xs, xd, src, ei[1, 11:22], cand))
+        bad_cand = cand.clone()
+        bad_cand[4, 9] = 40
+        outs.extend(torch.ops.pyg_edgedot.score_candidates(xs, xd, src, bad_cand))
+        outs.extend(torch.ops.pyg_edgedot.rank_candidates(xs, xd, src, ei[1, 11:22], bad_cand))
 torch.save(outs, sys.argv[1])
 """
 
 
 @pytest.mark.skipif(pyg_edgedot.backends()["cpu"] != "cpp", reason="needs the C++ CPU kernel")
 def test_cpu_isa_loops_give_the_baseline_bits(tmp_path):
-    """The CPU scoring loops (edge_dot's forward, four edges at a time, and edge_dot_loss's
-    pairs) are compiled for the baseline ISA, again for AVX2 and (the four-edge loop) for
-    AVX-512, chosen at run time; PYG_EDGEDOT_CPU_AVX512=0 forces AVX2 and
+    """The CPU scoring loops (edge_dot's forward, four edges at a time, edge_dot_loss's
+    pairs, and the candidates of score_candidates and rank_candidates) are compiled for the
+    baseline ISA, again for AVX2 and (the four-pair loops) for AVX-512, chosen at run time; PYG_EDGEDOT_CPU_AVX512=0 forces AVX2 and
     PYG_EDGEDOT_CPU_AVX2=0 the baseline. All must give the same bits (on a CPU without
     AVX-512 or AVX2 two or three runs take the same loop, and the test checks nothing more)."""
     results = []
@@ -319,7 +329,7 @@ def test_cpu_isa_loops_give_the_baseline_bits(tmp_path):
                               capture_output=True, text=True, timeout=600)
         assert proc.returncode == 0, proc.stderr[-2000:]
         results.append(torch.load(path))
-    assert len(results[0]) == 4 * 8 * 9
+    assert len(results[0]) == 4 * 8 * 16
     for other in results[1:]:
         assert len(other) == len(results[0])
         for a, b in zip(results[0], other):  # the bytes: a bad edge's NaN is one constant

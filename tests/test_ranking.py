@@ -15,7 +15,7 @@ FALLBACK = candidates_ops.fallback_impls()
 fallback_score, fallback_rank = FALLBACK["score_candidates"], FALLBACK["rank_candidates"]
 from _helpers import (DEVICES, FLOAT_DTYPES, HAS_CUDA, INDEX_DTYPES, LOW_PRECISION,
                       OPCHECK_CASES, OPCHECK_IDS, TOL, X_LAYOUTS, RecordingBackend, assert_close,
-                      dtype_id, leaf, make_x, randn, ref_base_grad, ref_grads,
+                      cpp_kernel_on_cpu, dtype_id, leaf, make_x, randn, ref_base_grad, ref_grads,
                       scores_bitwise_alike)
 
 
@@ -100,8 +100,11 @@ def test_score_grid(shape, dtype, index_dtype, device, gen):
     # The same numbers as edge_dot on the flattened pairs (up to accumulation order).
     pairs = torch.stack([src.unsqueeze(1).expand(num_rows, num_cand).reshape(-1),
                          cand.reshape(-1)])
-    assert_close(out.reshape(-1), _f64(edge_dot(x_src, x_dst, pairs)), dtype, "vs edge_dot",
-                 tol=2 * TOL[dtype])
+    by_edge_dot = edge_dot(x_src, x_dst, pairs)
+    assert_close(out.reshape(-1), _f64(by_edge_dot), dtype, "vs edge_dot", tol=2 * TOL[dtype])
+    if device == "cpu" and cpp_kernel_on_cpu("candidates") and cpp_kernel_on_cpu("edge_dot"):
+        # The C++ kernels score a pair with the same row_dot: the same bits.
+        assert torch.equal(out.reshape(-1), by_edge_dot)
 
 
 def _cand_layout(cand, layout):

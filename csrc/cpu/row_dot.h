@@ -1,6 +1,6 @@
-// What the CPU kernels that score rows share (edge_dot_kernel.cpp, edge_dot_loss_kernel.cpp):
-// the row dot product, so that both give a pair the same score bit for bit, its four-pair
-// AVX2 and AVX-512 forms (edge_dot's forward), and the run-time choice of the ISA clones.
+// What the CPU kernels that score rows share (edge_dot_kernel.cpp, edge_dot_loss_kernel.cpp,
+// candidates_kernel.cpp): the row dot product, so that all give a pair the same score bit for
+// bit, its four-pair AVX2 and AVX-512 forms, and the run-time choice of the ISA clones.
 #pragma once
 
 #include <c10/util/BFloat16.h>
@@ -16,8 +16,8 @@
 namespace pyg_edgedot {
 
 // Hot loops are compiled for the baseline ISA the extension is built for and again (GCC/Clang
-// on x86-64) with AVX2 and, for the four-pair loops (edge_dot's forward, the loss's pairs),
-// AVX-512, chosen at run time, so one build runs anywhere and uses the widest vectors it can.
+// on x86-64) with AVX2 and, for the four-pair loops (edge_dot's forward, the loss's pairs,
+// the candidates' scores), AVX-512, chosen at run time, so one build runs anywhere and uses the widest vectors it can.
 // All are built with -ffp-contract=off (no FMA contraction) and add in row_dot's order, so
 // they give the same bits.
 #if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__)
@@ -211,7 +211,7 @@ PYG_EDGEDOT_AVX2_TARGET PYG_EDGEDOT_INLINE void store4(__m128 score, scalar_t* o
 }
 
 // The four-pair forms as types, for the loops templated on them (edge_dot's forward, the
-// loss's pairs): score4 writes four pairs' scores in the rows' dtype. Such a loop is compiled
+// loss's pairs, the candidates): score4 writes four pairs' scores in the rows' dtype. Such a loop is compiled
 // for a form's ISA by a clone with that target and __attribute__((flatten)), which inlines
 // the loop and score4 into the clone: the loop itself has no target (GCC will not inline a
 // function built for a wider ISA into one that is not), so it is plain `inline`, not
