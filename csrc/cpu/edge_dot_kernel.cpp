@@ -18,24 +18,6 @@
 namespace pyg_edgedot {
 namespace {
 
-// The same with a third row: sum_k a[k] * r[k] * b[k] (relation-weighted, DistMult).
-template <typename scalar_t, typename acc_t>
-PYG_EDGEDOT_INLINE acc_t row_dot3(const scalar_t* a, const scalar_t* r, const scalar_t* b,
-                                  int64_t n) {
-  acc_t part[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  int64_t k = 0;
-  for (; k + 8 <= n; k += 8) {
-    for (int j = 0; j < 8; ++j) {
-      part[j] += static_cast<acc_t>(a[k + j]) * static_cast<acc_t>(r[k + j]) *
-                 static_cast<acc_t>(b[k + j]);
-    }
-  }
-  for (; k < n; ++k) {
-    part[0] += static_cast<acc_t>(a[k]) * static_cast<acc_t>(r[k]) * static_cast<acc_t>(b[k]);
-  }
-  return ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
-}
-
 // What the forward reads and writes. rel_rows null: the plain dot product.
 template <typename scalar_t, typename index_t>
 struct ForwardArgs {
@@ -114,8 +96,11 @@ PYG_EDGEDOT_AVX2_TARGET void forward_range_avx2(
 // random 87 -> 86, sorted 47 -> 42 (compile 89 and 47). Any D: rows whose D is not a
 // multiple of 8 end in masked loads (E = 2M, 100K nodes, against compile in the same process:
 // D = 100 random 67.9 ms / 72.6, sorted 36.4 / 40.4; D = 127 79.6 / 85.4, 40.2 / 45.5; the
-// one-edge loop took 77.1 / 67.9, 40.2 / 36.3 and 103.7 / 87.2, 64.4 / 45.9). A group with
-// an index out of range, and the last E % 4 edges, take forward_range.
+// one-edge loop took 77.1 / 67.9, 40.2 / 36.3 and 103.7 / 87.2, 64.4 / 45.9). DistMult's
+// rows too (score4_rel; Intel Xeon, 100K nodes, E = 2M, D = 128, R = 16, against compile in
+// the same process: fp32 54.6 ms / 58.3-59.2, bf16 46.8-48.0 / 51.6-52.2; the one-edge loop
+// took 69.7 against 60.8 in bench_beyond's run; with AVX2 four at a time 71.1-71.7 / 60.1-60.9).
+// A group with an index out of range, and the last E % 4 edges, take forward_range.
 template <typename Dots, typename scalar_t, typename index_t>
 inline void forward_range_by4(const ForwardArgs<scalar_t, index_t>& p, int64_t begin,
                               int64_t end) {
@@ -128,6 +113,8 @@ inline void forward_range_by4(const ForwardArgs<scalar_t, index_t>& p, int64_t b
   auto dst_of = [&](int64_t i) {
     return static_cast<uint64_t>(static_cast<int64_t>(p.dst_ptr[i * p.dst_stride]));
   };
+  const bool has_rel = p.rel_rows != nullptr;
+  const uint64_t num_rel = static_cast<uint64_t>(p.num_rel);
   int64_t e = begin;
   for (; e + 4 <= end; e += 4) {
     if (p.ahead > 0) {  // the rows of the edges `ahead` on
@@ -135,18 +122,27 @@ inline void forward_range_by4(const ForwardArgs<scalar_t, index_t>& p, int64_t b
     }
     const scalar_t* a[4];
     const scalar_t* b[4];
+    const scalar_t* r[4];
     bool bad = false;
     for (int j = 0; j < 4; ++j) {
       const uint64_t s = src_of(e + j), d = dst_of(e + j);
-      bad |= (s >= num_src) | (d >= num_dst);
+      const uint64_t t = has_rel ? static_cast<uint64_t>(static_cast<int64_t>(
+                                       p.rel_ptr[(e + j) * p.rel_stride]))
+                                 : 0;
+      bad |= (s >= num_src) | (d >= num_dst) | (t >= num_rel);
       a[j] = p.src_rows + static_cast<int64_t>(s) * p.src_row_stride;
       b[j] = p.dst_rows + static_cast<int64_t>(d) * p.dst_row_stride;
+      r[j] = has_rel ? p.rel_rows + static_cast<int64_t>(t) * p.rel_row_stride : nullptr;
     }
     if (bad) {
       forward_range(p, e, e + 4);
       continue;
     }
-    Dots::score4(a, b, p.feat_dim, p.out_ptr + e);
+    if (has_rel) {
+      Dots::score4_rel(a, r, b, p.feat_dim, p.out_ptr + e);
+    } else {
+      Dots::score4(a, b, p.feat_dim, p.out_ptr + e);
+    }
   }
   forward_range(p, e, end);
 }
@@ -226,7 +222,7 @@ void edge_dot_cpu_impl(const at::Tensor& x_src, const at::Tensor& x_dst,
 #if PYG_EDGEDOT_AVX2_CLONE
   if (use_avx2()) range = &forward_range_avx2<scalar_t, index_t>;
   if constexpr (kFourDots<scalar_t>) {
-    if (use_avx2() && !has_rel) {
+    if (use_avx2()) {
       range = use_avx512() ? &forward_range_avx512_by4<scalar_t, index_t>
                            : &forward_range_avx2_by4<scalar_t, index_t>;
       if ((p.num_src + p.num_dst) * p.row_bytes < kPrefetchMinRowBytes ||

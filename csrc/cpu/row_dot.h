@@ -61,6 +61,28 @@ PYG_EDGEDOT_INLINE acc_t row_dot(const scalar_t* a, const scalar_t* b, int64_t n
   return ((q[0] + q[1]) + (q[2] + q[3])) + ((q[4] + q[5]) + (q[6] + q[7]));
 }
 
+// DistMult's sum of a[k] * r[k] * b[k] (the product as (a * r) * b), in row_dot's order.
+template <typename scalar_t, typename acc_t>
+PYG_EDGEDOT_INLINE acc_t row_dot3(const scalar_t* a, const scalar_t* r, const scalar_t* b,
+                                  int64_t n) {
+  auto term = [&](int64_t k) {
+    return static_cast<acc_t>(a[k]) * static_cast<acc_t>(r[k]) * static_cast<acc_t>(b[k]);
+  };
+  acc_t part[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t k = 0;
+  for (; k + 16 <= n; k += 16) {
+    for (int j = 0; j < 16; ++j) part[j] += term(k + j);
+  }
+  if (k + 8 <= n) {
+    for (int j = 0; j < 8; ++j) part[j] += term(k + j);
+    k += 8;
+  }
+  for (int j = 0; k + j < n; ++j) part[j] += term(k + j);
+  acc_t q[8];
+  for (int j = 0; j < 8; ++j) q[j] = part[j] + part[j + 8];
+  return ((q[0] + q[1]) + (q[2] + q[3])) + ((q[4] + q[5]) + (q[6] + q[7]));
+}
+
 #if PYG_EDGEDOT_AVX2_CLONE
 // PYG_EDGEDOT_CPU_AVX2=0 keeps the baseline loops, PYG_EDGEDOT_CPU_AVX512=0 the AVX2 ones
 // (tests/test_edge_dot.py compares the three).
@@ -125,18 +147,31 @@ PYG_EDGEDOT_AVX2_TARGET PYG_EDGEDOT_INLINE __m256 load8_first(const scalar_t* x,
   return _mm256_load_ps(part);
 }
 
-// row_dot's half block and tail from element k on (dim - k < 16), added to lo = part[0..7].
-template <typename scalar_t>
+// The products the loops add: a * b, or with a relation row (kRel) (a * r) * b, row_dot3's.
+template <bool kRel>
+PYG_EDGEDOT_AVX2_TARGET PYG_EDGEDOT_INLINE __m256 product8(__m256 a, __m256 r, __m256 b) {
+  return kRel ? _mm256_mul_ps(_mm256_mul_ps(a, r), b) : _mm256_mul_ps(a, b);
+}
+template <bool kRel>
+PYG_EDGEDOT_AVX512_TARGET PYG_EDGEDOT_INLINE __m512 product16(__m512 a, __m512 r, __m512 b) {
+  return kRel ? _mm512_mul_ps(_mm512_mul_ps(a, r), b) : _mm512_mul_ps(a, b);
+}
+
+// row_dot's (row_dot3's) half block and tail from element k on (dim - k < 16), added to
+// lo = part[0..7]; r is read only with kRel.
+template <bool kRel, typename scalar_t>
 PYG_EDGEDOT_AVX2_TARGET PYG_EDGEDOT_INLINE __m256 add_last(__m256 lo, const scalar_t* a,
-                                                          const scalar_t* b, int64_t k,
-                                                          int64_t dim) {
+                                                          const scalar_t* r, const scalar_t* b,
+                                                          int64_t k, int64_t dim) {
   if (k + 8 <= dim) {
-    lo = _mm256_add_ps(lo, _mm256_mul_ps(load8(a + k), load8(b + k)));
+    const __m256 rk = kRel ? load8(r + k) : _mm256_setzero_ps();
+    lo = _mm256_add_ps(lo, product8<kRel>(load8(a + k), rk, load8(b + k)));
     k += 8;
   }
   if (k < dim) {
-    lo = _mm256_add_ps(lo, _mm256_mul_ps(load8_first(a + k, dim - k),
-                                         load8_first(b + k, dim - k)));
+    const __m256 rk = kRel ? load8_first(r + k, dim - k) : _mm256_setzero_ps();
+    lo = _mm256_add_ps(lo, product8<kRel>(load8_first(a + k, dim - k), rk,
+                                          load8_first(b + k, dim - k)));
   }
   return lo;
 }
@@ -150,25 +185,33 @@ PYG_EDGEDOT_AVX2_TARGET PYG_EDGEDOT_INLINE __m128 reduce_four(__m256 q0, __m256 
   return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
 }
 
-// row_dot of four pairs (a[j], b[j]) at once, lane j of the result, with 256-bit vectors:
-// pair j's part[0..7] in lo[j] and part[8..15] in hi[j] (the same products added in the same
-// order, no FMA: -ffp-contract=off); eight accumulators keep four pairs' row loads in flight
-// together.
-template <typename scalar_t>
+// row_dot of four pairs (a[j], b[j]) at once (with kRel, row_dot3 of (a[j], r[j], b[j])),
+// lane j of the result, with 256-bit vectors: pair j's part[0..7] in lo[j] and part[8..15] in
+// hi[j] (the same products added in the same order, no FMA: -ffp-contract=off); eight
+// accumulators keep four pairs' row loads in flight together.
+template <bool kRel, typename scalar_t>
 PYG_EDGEDOT_AVX2_TARGET PYG_EDGEDOT_INLINE __m128 four_dots_avx2(const scalar_t* const* a,
+                                                                const scalar_t* const* r,
                                                                 const scalar_t* const* b,
                                                                 int64_t dim) {
   __m256 lo[4], hi[4];
   for (int j = 0; j < 4; ++j) lo[j] = hi[j] = _mm256_setzero_ps();
+  const __m256 zero = _mm256_setzero_ps();
   int64_t k = 0;
   for (; k + 16 <= dim; k += 16) {
     for (int j = 0; j < 4; ++j) {
-      lo[j] = _mm256_add_ps(lo[j], _mm256_mul_ps(load8(a[j] + k), load8(b[j] + k)));
-      hi[j] = _mm256_add_ps(hi[j], _mm256_mul_ps(load8(a[j] + k + 8), load8(b[j] + k + 8)));
+      lo[j] = _mm256_add_ps(lo[j], product8<kRel>(load8(a[j] + k),
+                                                  kRel ? load8(r[j] + k) : zero,
+                                                  load8(b[j] + k)));
+      hi[j] = _mm256_add_ps(hi[j], product8<kRel>(load8(a[j] + k + 8),
+                                                  kRel ? load8(r[j] + k + 8) : zero,
+                                                  load8(b[j] + k + 8)));
     }
   }
   if (k < dim) {
-    for (int j = 0; j < 4; ++j) lo[j] = add_last(lo[j], a[j], b[j], k, dim);
+    for (int j = 0; j < 4; ++j) {
+      lo[j] = add_last<kRel>(lo[j], a[j], kRel ? r[j] : a[j], b[j], k, dim);
+    }
   }
   return reduce_four(_mm256_add_ps(lo[0], hi[0]), _mm256_add_ps(lo[1], hi[1]),
                      _mm256_add_ps(lo[2], hi[2]), _mm256_add_ps(lo[3], hi[3]));
@@ -176,22 +219,26 @@ PYG_EDGEDOT_AVX2_TARGET PYG_EDGEDOT_INLINE __m128 four_dots_avx2(const scalar_t*
 
 // The same with 512-bit vectors: pair j's sixteen sums in one register, the half block and
 // the tail added to its low half, then q = low half + high half.
-template <typename scalar_t>
+template <bool kRel, typename scalar_t>
 PYG_EDGEDOT_AVX512_TARGET PYG_EDGEDOT_INLINE __m128 four_dots_avx512(const scalar_t* const* a,
+                                                                    const scalar_t* const* r,
                                                                     const scalar_t* const* b,
                                                                     int64_t dim) {
   __m512 c[4];
   for (int j = 0; j < 4; ++j) c[j] = _mm512_setzero_ps();
+  const __m512 zero = _mm512_setzero_ps();
   int64_t k = 0;
   for (; k + 16 <= dim; k += 16) {
     for (int j = 0; j < 4; ++j) {
-      c[j] = _mm512_add_ps(c[j], _mm512_mul_ps(load16(a[j] + k), load16(b[j] + k)));
+      c[j] = _mm512_add_ps(c[j], product16<kRel>(load16(a[j] + k),
+                                                 kRel ? load16(r[j] + k) : zero,
+                                                 load16(b[j] + k)));
     }
   }
   __m256 q[4];
   for (int j = 0; j < 4; ++j) {
     __m256 lo = _mm512_castps512_ps256(c[j]);
-    if (k < dim) lo = add_last(lo, a[j], b[j], k, dim);
+    if (k < dim) lo = add_last<kRel>(lo, a[j], kRel ? r[j] : a[j], b[j], k, dim);
     const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(c[j]), 1));
     q[j] = _mm256_add_ps(lo, hi);
   }
@@ -216,11 +263,19 @@ PYG_EDGEDOT_AVX2_TARGET PYG_EDGEDOT_INLINE void store4(__m128 score, scalar_t* o
 // the loop and score4 into the clone: the loop itself has no target (GCC will not inline a
 // function built for a wider ISA into one that is not), so it is plain `inline`, not
 // always-inline.
+// score4_rel likewise for DistMult's (a[j], r[j], b[j]).
 struct Avx2Dots {
   template <typename scalar_t>
   PYG_EDGEDOT_AVX2_TARGET static void score4(const scalar_t* const* a, const scalar_t* const* b,
                                              int64_t dim, scalar_t* out) {
-    store4(four_dots_avx2(a, b, dim), out);
+    store4(four_dots_avx2<false>(a, a, b, dim), out);
+  }
+  template <typename scalar_t>
+  PYG_EDGEDOT_AVX2_TARGET static void score4_rel(const scalar_t* const* a,
+                                                 const scalar_t* const* r,
+                                                 const scalar_t* const* b, int64_t dim,
+                                                 scalar_t* out) {
+    store4(four_dots_avx2<true>(a, r, b, dim), out);
   }
 };
 
@@ -229,7 +284,14 @@ struct Avx512Dots {
   PYG_EDGEDOT_AVX512_TARGET static void score4(const scalar_t* const* a,
                                                const scalar_t* const* b, int64_t dim,
                                                scalar_t* out) {
-    store4(four_dots_avx512(a, b, dim), out);
+    store4(four_dots_avx512<false>(a, a, b, dim), out);
+  }
+  template <typename scalar_t>
+  PYG_EDGEDOT_AVX512_TARGET static void score4_rel(const scalar_t* const* a,
+                                                   const scalar_t* const* r,
+                                                   const scalar_t* const* b, int64_t dim,
+                                                   scalar_t* out) {
+    store4(four_dots_avx512<true>(a, r, b, dim), out);
   }
 };
 #endif
