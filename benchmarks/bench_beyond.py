@@ -21,7 +21,9 @@ Sections (``--sections``, comma-separated):
                 rank_candidates  pyg_edgedot.rank_candidates: ranks without an [N, K] tensor
               Every method's ranks are compared with ogb_batched's (the fraction equal).
   candidates  score_candidates against edge_dot on the same N * K pairs (sources repeated,
-              the flattened index built outside the timed region); fp32 and bf16.
+              the flattened index built outside the timed region), against the expression
+              people write, ``(h[src].unsqueeze(1) * h[cand]).sum(-1)``, eager and under
+              torch.compile (static shapes); fp32 and bf16.
   distmult    sum(x_src[s] * rel[t] * x_dst[d]) at W3's size (2.93M nodes, E = 30M, D = 128
               fp32, R = 16 relations): pyg_edgedot.edge_dot(..., rel, edge_type) against
               eager and torch.compile of that expression; forward, and forward + backward
@@ -40,7 +42,11 @@ memory helpers are benchmarks/_timing.py's, as in bench_edge_dot.py). Output: a 
 on stdout and a JSON (``--out``; default ``benchmarks/results/<device>_beyond_<date>.json``).
 
     python benchmarks/bench_beyond.py                   # CUDA, every section (~3 min)
+    python benchmarks/bench_beyond.py --device cpu      # CPU sizes (below), ~2 min on 2 cores
     python benchmarks/bench_beyond.py --quick           # tiny sizes, a smoke test (CPU ok)
+
+On the CPU the sizes are CPU_SIZES: 2,000 sources x 500 candidates of 100,000 nodes, D = 128,
+and DistMult at 100,000 nodes, E = 2M.
 """
 import argparse
 import datetime as _dt
@@ -69,6 +75,8 @@ FULL = dict(rank_nodes=2_927_963, rank_sources=86_956, rank_k=1000, dim=128,
             w3_nodes=2_927_963, w3_edges=30_000_000, relations=16)
 QUICK = dict(rank_nodes=5000, rank_sources=300, rank_k=50, dim=32,
              w3_nodes=5000, w3_edges=40_000, relations=4)
+CPU_SIZES = dict(rank_nodes=100_000, rank_sources=2000, rank_k=500, dim=128,
+                 w3_nodes=100_000, w3_edges=2_000_000, relations=16)
 
 
 def ogb_rank(pos: torch.Tensor, neg: torch.Tensor) -> torch.Tensor:
@@ -160,6 +168,9 @@ def section_ranking(bench: Bench, sizes: Dict[str, int], device) -> List[Dict[st
 def section_candidates(bench: Bench, sizes: Dict[str, int], device) -> List[Dict[str, Any]]:
     from pyg_edgedot import edge_dot, score_candidates
 
+    def expression(h, src, cand):
+        return (h[src].unsqueeze(1) * h[cand]).sum(-1)
+
     n_nodes, n, k, d = (sizes["rank_nodes"], sizes["rank_sources"], sizes["rank_k"],
                         sizes["dim"])
     records = []
@@ -170,16 +181,20 @@ def section_candidates(bench: Bench, sizes: Dict[str, int], device) -> List[Dict
         cand = torch.randint(0, n_nodes, (n, k), generator=gen).to(device)
         flat = torch.stack([src.view(-1, 1).expand(n, k).reshape(-1), cand.reshape(-1)])
         case = f"N={n:,} K={k:,} nodes={n_nodes:,} D={d} {str(dtype).replace('torch.', '')}"
+        torch._dynamo.reset()
+        compiled = torch.compile(expression, dynamic=False)
         with torch.no_grad():
             expect = edge_dot(h, h, flat).view(n, k)
             for name, fn in (("edge_dot", lambda: edge_dot(h, h, flat)),
-                             ("score_candidates", lambda: score_candidates(h, h, src, cand))):
+                             ("score_candidates", lambda: score_candidates(h, h, src, cand)),
+                             ("eager", lambda: expression(h, src, cand)),
+                             ("compile", lambda: compiled(h, src, cand))):
                 rec = timed(bench, fn, bench.flush_cache)
                 if rec["status"] == "ok":
                     got = fn().view(n, k).float()
                     rec["max_abs_diff_vs_edge_dot"] = float((got - expect.float()).abs().max())
                 records.append(_record("candidates", case, name, "fwd", rec))
-        del h, src, cand, flat, expect
+        del h, src, cand, flat, expect, compiled
         bench.free()
     return records
 
@@ -337,7 +352,7 @@ def main(argv=None) -> int:
     if unknown:
         p.error(f"unknown sections {unknown}; choose from {SECTIONS}")
     device = torch.device(args.device)
-    sizes = QUICK if args.quick else FULL
+    sizes = QUICK if args.quick else (FULL if device.type == "cuda" else CPU_SIZES)
     import pyg_edgedot  # noqa: F401  (builds or loads the kernels before anything is timed)
 
     bench = Bench(device, flush_bytes=(256 << 20) if device.type == "cuda" else 0)
