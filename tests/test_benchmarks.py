@@ -458,8 +458,14 @@ def test_bench_beyond_quick_cpu(tmp_path):
     for rec in ranking.values():
         assert rec["status"] == "ok" and rec["ms"] > 0
         assert rec["ranks_equal_to_ogb_batched"] >= 0.99
+    assert {r["method"] for r in by_section["candidates"]} == {
+        "edge_dot", "score_candidates", "eager", "compile"}
     for rec in by_section["candidates"]:
-        assert rec["status"] == "ok" and rec["max_abs_diff_vs_edge_dot"] <= 1e-2
+        # Ours accumulate in fp32; the peers' bf16 expression rounds each product to bf16
+        # (scores of magnitude ~8 at D = 32: an ulp is 0.0625).
+        ours = rec["method"] in ("edge_dot", "score_candidates")
+        tol = 1e-2 if ours or "float32" in rec["case"] else 0.5
+        assert rec["status"] == "ok" and rec["max_abs_diff_vs_edge_dot"] <= tol
         # The shared _timing.measure record.
         assert {"ms", "min_ms", "max_ms", "reps", "warmups", "peak_extra_bytes"} <= set(rec)
     phases = {(r["method"], r["phase"]) for r in by_section["distmult"]}

@@ -10,10 +10,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <limits>
 #include <type_traits>
 #include <utility>
-#include <limits>
-#include <vector>
 
 #include "common.h"
 #include "prefetch.h"
