@@ -58,25 +58,29 @@ if [ -n "$(printf '%s\n' "$@" | grep -vx fallback)" ]; then
   (time python3 -m pyg_edgedot --build) 2>&1 | tee "$OUT/build.log"
 fi
 
-pytest_all() {  # the suite, 16 workers; 490 s leaves room for a cold build in a 600 s call
-  timeout "${PYTEST_TIMEOUT:-490}" python3 -m pytest -q -rs -n 16 -p no:cacheprovider "$@" 2>&1
+pytest_all() {  # the suite, 16 workers; 490 s leaves room for a cold build in a 600 s call.
+  # -v: each test's outcome as it ends, so a run cut by its timeout still names its failures
+  # (the summary of failures and skips, -rfs, comes only at the end).
+  timeout "${PYTEST_TIMEOUT:-490}" python3 -m pytest -v -rfs -n 16 -p no:cacheprovider "$@" 2>&1
 }
 
 for step in "$@"; do
   echo "=== $step"
   case "$step" in
     tests)
-      eval "pytest_all tests ${TESTS_ARGS:-}" | tee "$OUT/pytest.log" | tail -15 ;;
+      eval "pytest_all tests ${TESTS_ARGS:-}" | tee "$OUT/pytest.log" \
+        | grep -E "FAILED|ERROR| passed| failed" | tail -25 ;;
     triton)
       # nvcc hidden (CUDA_HOME pointing nowhere, a build cache of its own): the report must
       # say "Triton kernels", then every CUDA and Triton test runs against that path.
       ( export CUDA_HOME=/nonexistent TORCH_EXTENSIONS_DIR=/tmp/pyg_edgedot_ext_triton
         python3 -m pyg_edgedot 2>&1 | tee "$OUT/triton_report.log" | tail -4
         eval "pytest_all ${TRITON_ARGS:--k \"cuda or triton\" tests}" \
-          | tee "$OUT/pytest_triton.log" | tail -15 ) ;;
+          | tee "$OUT/pytest_triton.log" | grep -E "FAILED|ERROR| passed| failed" | tail -25 ) ;;
     fallback)
       ( export PYG_EDGEDOT_FORCE_FALLBACK=1
-        pytest_all tests | tee "$OUT/pytest_fallback.log" | tail -15 ) ;;
+        pytest_all tests | tee "$OUT/pytest_fallback.log" \
+          | grep -E "FAILED|ERROR| passed| failed" | tail -25 ) ;;
     sanitizer)
       # A plain torch program first, to tell a sanitizer/environment problem from ours.
       compute-sanitizer --tool memcheck python3 -c \
