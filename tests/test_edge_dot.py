@@ -318,9 +318,10 @@ torch.save(outs, sys.argv[1])
 def test_cpu_isa_loops_give_the_baseline_bits(tmp_path):
     """The CPU scoring loops (edge_dot's forward, four edges at a time, edge_dot_loss's
     pairs, and the candidates of score_candidates and rank_candidates) are compiled for the
-    baseline ISA, again for AVX2 and (the four-pair loops) for AVX-512, chosen at run time; PYG_EDGEDOT_CPU_AVX512=0 forces AVX2 and
-    PYG_EDGEDOT_CPU_AVX2=0 the baseline. All must give the same bits (on a CPU without
-    AVX-512 or AVX2 two or three runs take the same loop, and the test checks nothing more)."""
+    baseline ISA, again for AVX2 and (the four-pair loops) for AVX-512, chosen at run time;
+    PYG_EDGEDOT_CPU_AVX512=0 forces AVX2 and PYG_EDGEDOT_CPU_AVX2=0 the baseline. All must give
+    the same bits (on a CPU without AVX-512 or AVX2 two or three runs take the same loop, and
+    the test checks nothing more)."""
     results = []
     for avx2, avx512 in (("1", "1"), ("1", "0"), ("0", "0")):
         path = tmp_path / f"avx2_{avx2}_avx512_{avx512}.pt"

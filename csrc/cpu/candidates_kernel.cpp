@@ -12,7 +12,6 @@
 #include <atomic>
 #include <limits>
 #include <type_traits>
-#include <utility>
 
 #include "common.h"
 #include "prefetch.h"
@@ -130,134 +129,111 @@ PYG_EDGEDOT_INLINE void visit_candidates(const scalar_t* a, const index_t* cands
 
 // Source rows [begin, end) of score_candidates: a row whose source or candidate is out of
 // range gets NaN there and lowers first_bad.
-template <typename Dots, typename scalar_t, typename index_t>
-inline void score_rows(const CandidateArgs<scalar_t, index_t>& p, int64_t begin, int64_t end) {
-  using acc_t = at::opmath_type<scalar_t>;
-  const scalar_t nan = static_cast<scalar_t>(std::numeric_limits<acc_t>::quiet_NaN());
-  for (int64_t n = begin; n < end; ++n) {
-    const int64_t s = static_cast<int64_t>(p.src_ptr[n * p.src_stride]);
-    scalar_t* out_row = p.out + n * p.num_cand;
-    if (s < 0 || s >= p.num_src) {
-      std::fill(out_row, out_row + p.num_cand, nan);
-      record_bad_row(*p.first_bad, n);
-      continue;
+struct ScoreRows {
+  template <typename Dots, typename scalar_t, typename index_t>
+  static inline void run(const CandidateArgs<scalar_t, index_t>& p, int64_t begin, int64_t end) {
+    using acc_t = at::opmath_type<scalar_t>;
+    const scalar_t nan = static_cast<scalar_t>(std::numeric_limits<acc_t>::quiet_NaN());
+    for (int64_t n = begin; n < end; ++n) {
+      const int64_t s = static_cast<int64_t>(p.src_ptr[n * p.src_stride]);
+      scalar_t* out_row = p.out + n * p.num_cand;
+      if (s < 0 || s >= p.num_src) {
+        std::fill(out_row, out_row + p.num_cand, nan);
+        record_bad_row(*p.first_bad, n);
+        continue;
+      }
+      bool row_bad = false;
+      visit_candidates<Dots>(
+          p.src_rows + s * p.src_row_stride, p.cand_ptr + n * p.cand_stride0, p.cand_stride1,
+          p.num_cand, p.cand_rows, p.feat_dim,
+          [&](int64_t k, scalar_t score) { out_row[k] = score; },
+          [&](int64_t k) {
+            out_row[k] = nan;
+            row_bad = true;
+          });
+      if (row_bad) record_bad_row(*p.first_bad, n);
     }
-    bool row_bad = false;
-    visit_candidates<Dots>(
-        p.src_rows + s * p.src_row_stride, p.cand_ptr + n * p.cand_stride0, p.cand_stride1,
-        p.num_cand, p.cand_rows, p.feat_dim,
-        [&](int64_t k, scalar_t score) { out_row[k] = score; },
-        [&](int64_t k) {
-          out_row[k] = nan;
-          row_bad = true;
-        });
-    if (row_bad) record_bad_row(*p.first_bad, n);
   }
-}
+};
 
 // Source rows [begin, end) of rank_candidates: the positive and the K negatives scored as
 // score_candidates scores them (rounded to the input dtype), and counted; nothing of size K
 // is kept. A row with an index out of range gets NaN and lowers first_bad.
-template <typename Dots, typename scalar_t, typename index_t>
-inline void rank_rows(const CandidateArgs<scalar_t, index_t>& p, int64_t begin, int64_t end) {
-  using acc_t = at::opmath_type<scalar_t>;
-  const CandidateRows<scalar_t>& rows = p.cand_rows;
-  for (int64_t n = begin; n < end; ++n) {
-    const int64_t s = static_cast<int64_t>(p.src_ptr[n * p.src_stride]);
-    const int64_t q = static_cast<int64_t>(p.pos_ptr[n * p.pos_stride]);
-    bool row_bad = s < 0 || s >= p.num_src || q < 0 || q >= rows.num_rows;
-    int64_t greater = 0, greater_equal = 0;
-    if (!row_bad && p.num_cand > 0) {
-      const scalar_t* a = p.src_rows + s * p.src_row_stride;
-      const acc_t pos = static_cast<acc_t>(static_cast<scalar_t>(
-          row_dot<scalar_t, acc_t>(a, rows.rows + q * rows.row_stride, p.feat_dim)));
-      visit_candidates<Dots>(
-          a, p.cand_ptr + n * p.cand_stride0, p.cand_stride1, p.num_cand, rows, p.feat_dim,
-          [&](int64_t, scalar_t score) {
-            const acc_t neg = static_cast<acc_t>(score);
-            greater += neg > pos;
-            greater_equal += neg >= pos;
-          },
-          [&](int64_t) { row_bad = true; });
-    }
-    if (row_bad) {
-      p.rank[n] = std::numeric_limits<float>::quiet_NaN();
-      record_bad_row(*p.first_bad, n);
-    } else {
-      // OGB: 0.5 * (optimistic + pessimistic) + 1, in float32.
-      p.rank[n] = 0.5f * static_cast<float>(greater + greater_equal) + 1.0f;
+struct RankRows {
+  template <typename Dots, typename scalar_t, typename index_t>
+  static inline void run(const CandidateArgs<scalar_t, index_t>& p, int64_t begin, int64_t end) {
+    using acc_t = at::opmath_type<scalar_t>;
+    const CandidateRows<scalar_t>& rows = p.cand_rows;
+    for (int64_t n = begin; n < end; ++n) {
+      const int64_t s = static_cast<int64_t>(p.src_ptr[n * p.src_stride]);
+      const int64_t q = static_cast<int64_t>(p.pos_ptr[n * p.pos_stride]);
+      bool row_bad = s < 0 || s >= p.num_src || q < 0 || q >= rows.num_rows;
+      int64_t greater = 0, greater_equal = 0;
+      if (!row_bad && p.num_cand > 0) {
+        const scalar_t* a = p.src_rows + s * p.src_row_stride;
+        const acc_t pos = static_cast<acc_t>(static_cast<scalar_t>(
+            row_dot<scalar_t, acc_t>(a, rows.rows + q * rows.row_stride, p.feat_dim)));
+        visit_candidates<Dots>(
+            a, p.cand_ptr + n * p.cand_stride0, p.cand_stride1, p.num_cand, rows, p.feat_dim,
+            [&](int64_t, scalar_t score) {
+              const acc_t neg = static_cast<acc_t>(score);
+              greater += neg > pos;
+              greater_equal += neg >= pos;
+            },
+            [&](int64_t) { row_bad = true; });
+      }
+      if (row_bad) {
+        p.rank[n] = std::numeric_limits<float>::quiet_NaN();
+        record_bad_row(*p.first_bad, n);
+      } else {
+        // OGB: 0.5 * (optimistic + pessimistic) + 1, in float32.
+        p.rank[n] = 0.5f * static_cast<float>(greater + greater_equal) + 1.0f;
+      }
     }
   }
-}
+};
 
-template <typename scalar_t, typename index_t>
-using RowsFn = void (*)(const CandidateArgs<scalar_t, index_t>&, int64_t, int64_t);
-
-template <typename scalar_t, typename index_t>
-void score_rows_baseline(const CandidateArgs<scalar_t, index_t>& p, int64_t begin, int64_t end) {
-  score_rows<OnePairAtATime>(p, begin, end);
-}
-template <typename scalar_t, typename index_t>
-void rank_rows_baseline(const CandidateArgs<scalar_t, index_t>& p, int64_t begin, int64_t end) {
-  rank_rows<OnePairAtATime>(p, begin, end);
+// A loop (ScoreRows or RankRows) one candidate at a time, built for the baseline ISA.
+template <typename Rows, typename scalar_t, typename index_t>
+void rows_baseline(const CandidateArgs<scalar_t, index_t>& p, int64_t begin, int64_t end) {
+  Rows::template run<OnePairAtATime>(p, begin, end);
 }
 
 #if PYG_EDGEDOT_AVX2_CLONE
 // The loops' clones for each ISA (row_dot.h says why flatten): AVX2 one candidate at a time
-// (double rows), and four at a time in AVX2 or AVX-512. Measured on an Intel Xeon
-// (2026-12-05, 2,000 sources x 500 candidates of 100,000 rows, 2 threads, min of 7-9 calls,
-// each form in its own process): D = 128 fp32, AVX2 one at a time 20.2-25.5 ms, four at a
-// time 17.0; AVX-512 four at a time 15.8-15.9 (14.0 against torch.compile's 14.2-15.5 in one
-// process, the previous eight-sum loop 18.6-21.2); without the candidate-row prefetch 15.8-17.2.
-// D = 64: 5.7-5.8 (compile 6.0-6.3, before 6.9-7.0); D = 100: 11.1 (14.0-14.5, 13.2-13.4);
-// bf16, D = 128: 9.1-9.3 (15.5-16.6, 12.6-12.8).
-template <typename scalar_t, typename index_t>
-PYG_EDGEDOT_AVX2_TARGET __attribute__((flatten)) void score_rows_avx2(
+// (double rows, Dots = OnePairAtATime) or four (Avx2Dots), and four at a time in AVX-512.
+// Measured on an Intel Xeon (2026-12-05, 2,000 sources x 500 candidates of 100,000 rows, 2
+// threads, min of 7-9 calls, each form in its own process): D = 128 fp32, AVX2 one at a time
+// 20.2-25.5 ms, four at a time 17.0; AVX-512 four at a time 15.8-15.9 (14.0 against
+// torch.compile's 14.2-15.5 in one process, the previous eight-sum loop 18.6-21.2); without the
+// candidate-row prefetch 15.8-17.2. D = 64: 5.7-5.8 (compile 6.0-6.3, before 6.9-7.0); D = 100:
+// 11.1 (14.0-14.5, 13.2-13.4); bf16, D = 128: 9.1-9.3 (15.5-16.6, 12.6-12.8).
+template <typename Rows, typename Dots, typename scalar_t, typename index_t>
+PYG_EDGEDOT_AVX2_TARGET __attribute__((flatten)) void rows_avx2(
     const CandidateArgs<scalar_t, index_t>& p, int64_t begin, int64_t end) {
-  score_rows<OnePairAtATime>(p, begin, end);
+  Rows::template run<Dots>(p, begin, end);
 }
-template <typename scalar_t, typename index_t>
-PYG_EDGEDOT_AVX2_TARGET __attribute__((flatten)) void rank_rows_avx2(
+template <typename Rows, typename scalar_t, typename index_t>
+PYG_EDGEDOT_AVX512_TARGET __attribute__((flatten)) void rows_avx512(
     const CandidateArgs<scalar_t, index_t>& p, int64_t begin, int64_t end) {
-  rank_rows<OnePairAtATime>(p, begin, end);
-}
-template <typename scalar_t, typename index_t>
-PYG_EDGEDOT_AVX2_TARGET __attribute__((flatten)) void score_rows_avx2_by4(
-    const CandidateArgs<scalar_t, index_t>& p, int64_t begin, int64_t end) {
-  score_rows<Avx2Dots>(p, begin, end);
-}
-template <typename scalar_t, typename index_t>
-PYG_EDGEDOT_AVX2_TARGET __attribute__((flatten)) void rank_rows_avx2_by4(
-    const CandidateArgs<scalar_t, index_t>& p, int64_t begin, int64_t end) {
-  rank_rows<Avx2Dots>(p, begin, end);
-}
-template <typename scalar_t, typename index_t>
-PYG_EDGEDOT_AVX512_TARGET __attribute__((flatten)) void score_rows_avx512_by4(
-    const CandidateArgs<scalar_t, index_t>& p, int64_t begin, int64_t end) {
-  score_rows<Avx512Dots>(p, begin, end);
-}
-template <typename scalar_t, typename index_t>
-PYG_EDGEDOT_AVX512_TARGET __attribute__((flatten)) void rank_rows_avx512_by4(
-    const CandidateArgs<scalar_t, index_t>& p, int64_t begin, int64_t end) {
-  rank_rows<Avx512Dots>(p, begin, end);
+  Rows::template run<Avx512Dots>(p, begin, end);
 }
 #endif
 
-// The loops (score, rank) for this CPU and dtype.
 template <typename scalar_t, typename index_t>
-std::pair<RowsFn<scalar_t, index_t>, RowsFn<scalar_t, index_t>> candidate_loops() {
+using RowsFn = void (*)(const CandidateArgs<scalar_t, index_t>&, int64_t, int64_t);
+
+// The loop (ScoreRows or RankRows) for this CPU and dtype.
+template <typename Rows, typename scalar_t, typename index_t>
+RowsFn<scalar_t, index_t> candidate_loop() {
 #if PYG_EDGEDOT_AVX2_CLONE
   if constexpr (kFourDots<scalar_t>) {
-    if (use_avx512()) {
-      return {&score_rows_avx512_by4<scalar_t, index_t>, &rank_rows_avx512_by4<scalar_t, index_t>};
-    }
-    if (use_avx2()) {
-      return {&score_rows_avx2_by4<scalar_t, index_t>, &rank_rows_avx2_by4<scalar_t, index_t>};
-    }
+    if (use_avx512()) return &rows_avx512<Rows, scalar_t, index_t>;
+    if (use_avx2()) return &rows_avx2<Rows, Avx2Dots, scalar_t, index_t>;
   }
-  if (use_avx2()) return {&score_rows_avx2<scalar_t, index_t>, &rank_rows_avx2<scalar_t, index_t>};
+  if (use_avx2()) return &rows_avx2<Rows, OnePairAtATime, scalar_t, index_t>;
 #endif
-  return {&score_rows_baseline<scalar_t, index_t>, &rank_rows_baseline<scalar_t, index_t>};
+  return &rows_baseline<Rows, scalar_t, index_t>;
 }
 
 template <typename scalar_t, typename index_t>
@@ -282,7 +258,7 @@ void score_candidates_cpu_impl(const at::Tensor& x_src, const at::Tensor& x_dst,
                                at::Tensor& out, std::atomic<int64_t>& first_bad) {
   auto p = candidate_args<scalar_t, index_t>(x_src, x_dst, src_index, cand_index, first_bad);
   p.out = out.mutable_data_ptr<scalar_t>();
-  const auto loop = candidate_loops<scalar_t, index_t>().first;
+  const auto loop = candidate_loop<ScoreRows, scalar_t, index_t>();
   at::parallel_for(0, out.size(0), grain_rows(p.num_cand, p.feat_dim),
                    [&](int64_t begin, int64_t end) { loop(p, begin, end); });
 }
@@ -315,7 +291,7 @@ void rank_candidates_cpu_impl(const at::Tensor& x_src, const at::Tensor& x_dst,
   p.pos_ptr = pos_index.const_data_ptr<index_t>();
   p.pos_stride = pos_index.stride(0);
   p.rank = rank.mutable_data_ptr<float>();
-  const auto loop = candidate_loops<scalar_t, index_t>().second;
+  const auto loop = candidate_loop<RankRows, scalar_t, index_t>();
   at::parallel_for(0, src_index.size(0), grain_rows(p.num_cand, p.feat_dim),
                    [&](int64_t begin, int64_t end) { loop(p, begin, end); });
 }

@@ -258,12 +258,11 @@ PYG_EDGEDOT_AVX2_TARGET PYG_EDGEDOT_INLINE void store4(__m128 score, scalar_t* o
 }
 
 // The four-pair forms as types, for the loops templated on them (edge_dot's forward, the
-// loss's pairs, the candidates): score4 writes four pairs' scores in the rows' dtype. Such a loop is compiled
-// for a form's ISA by a clone with that target and __attribute__((flatten)), which inlines
-// the loop and score4 into the clone: the loop itself has no target (GCC will not inline a
-// function built for a wider ISA into one that is not), so it is plain `inline`, not
-// always-inline.
-// score4_rel likewise for DistMult's (a[j], r[j], b[j]).
+// loss's pairs, the candidates): score4 writes four pairs' scores in the rows' dtype,
+// score4_rel likewise for DistMult's (a[j], r[j], b[j]). Such a loop is compiled for a form's
+// ISA by a clone with that target and __attribute__((flatten)), which inlines the loop and
+// score4 into the clone: the loop itself has no target (GCC will not inline a function built
+// for a wider ISA into one that is not), so it is plain `inline`, not always-inline.
 struct Avx2Dots {
   template <typename scalar_t>
   PYG_EDGEDOT_AVX2_TARGET static void score4(const scalar_t* const* a, const scalar_t* const* b,
