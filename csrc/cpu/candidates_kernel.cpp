@@ -193,47 +193,19 @@ struct RankRows {
   }
 };
 
-// A loop (ScoreRows or RankRows) one candidate at a time, built for the baseline ISA.
+// The loop (ScoreRows or RankRows) for this CPU and dtype (row_dot.h's IsaClones): four
+// candidates at a time in AVX-512 or AVX2, one at a time for double rows. Measured on an Intel
+// Xeon (2026-12-05, 2,000 sources x 500 candidates of 100,000 rows, 2 threads, min of 7-9
+// calls, each form in its own process): D = 128 fp32, AVX2 one at a time 20.2-25.5 ms, four at
+// a time 17.0; AVX-512 four at a time 15.8-15.9 (14.0 against torch.compile's 14.2-15.5 in one
+// process, the previous eight-sum loop 18.6-21.2); without the candidate-row prefetch
+// 15.8-17.2. D = 64: 5.7-5.8 (compile 6.0-6.3, before 6.9-7.0); D = 100: 11.1 (14.0-14.5,
+// 13.2-13.4); bf16, D = 128: 9.1-9.3 (15.5-16.6, 12.6-12.8).
 template <typename Rows, typename scalar_t, typename index_t>
-void rows_baseline(const CandidateArgs<scalar_t, index_t>& p, int64_t begin, int64_t end) {
-  Rows::template run<OnePairAtATime>(p, begin, end);
-}
-
-#if PYG_EDGEDOT_AVX2_CLONE
-// The loops' clones for each ISA (row_dot.h says why flatten): AVX2 one candidate at a time
-// (double rows, Dots = OnePairAtATime) or four (Avx2Dots), and four at a time in AVX-512.
-// Measured on an Intel Xeon (2026-12-05, 2,000 sources x 500 candidates of 100,000 rows, 2
-// threads, min of 7-9 calls, each form in its own process): D = 128 fp32, AVX2 one at a time
-// 20.2-25.5 ms, four at a time 17.0; AVX-512 four at a time 15.8-15.9 (14.0 against
-// torch.compile's 14.2-15.5 in one process, the previous eight-sum loop 18.6-21.2); without the
-// candidate-row prefetch 15.8-17.2. D = 64: 5.7-5.8 (compile 6.0-6.3, before 6.9-7.0); D = 100:
-// 11.1 (14.0-14.5, 13.2-13.4); bf16, D = 128: 9.1-9.3 (15.5-16.6, 12.6-12.8).
-template <typename Rows, typename Dots, typename scalar_t, typename index_t>
-PYG_EDGEDOT_AVX2_TARGET __attribute__((flatten)) void rows_avx2(
-    const CandidateArgs<scalar_t, index_t>& p, int64_t begin, int64_t end) {
-  Rows::template run<Dots>(p, begin, end);
-}
-template <typename Rows, typename scalar_t, typename index_t>
-PYG_EDGEDOT_AVX512_TARGET __attribute__((flatten)) void rows_avx512(
-    const CandidateArgs<scalar_t, index_t>& p, int64_t begin, int64_t end) {
-  Rows::template run<Avx512Dots>(p, begin, end);
-}
-#endif
-
-template <typename scalar_t, typename index_t>
-using RowsFn = void (*)(const CandidateArgs<scalar_t, index_t>&, int64_t, int64_t);
-
-// The loop (ScoreRows or RankRows) for this CPU and dtype.
-template <typename Rows, typename scalar_t, typename index_t>
-RowsFn<scalar_t, index_t> candidate_loop() {
-#if PYG_EDGEDOT_AVX2_CLONE
-  if constexpr (kFourDots<scalar_t>) {
-    if (use_avx512()) return &rows_avx512<Rows, scalar_t, index_t>;
-    if (use_avx2()) return &rows_avx2<Rows, Avx2Dots, scalar_t, index_t>;
-  }
-  if (use_avx2()) return &rows_avx2<Rows, OnePairAtATime, scalar_t, index_t>;
-#endif
-  return &rows_baseline<Rows, scalar_t, index_t>;
+auto candidate_loop() {
+  using Clones =
+      IsaClones<Rows, void(const CandidateArgs<scalar_t, index_t>&, int64_t, int64_t)>;
+  return Clones::template pick<scalar_t, /*kFourInAvx2=*/true>();
 }
 
 template <typename scalar_t, typename index_t>

@@ -73,19 +73,6 @@ PYG_EDGEDOT_INLINE void forward_range(const ForwardArgs<scalar_t, index_t>& p, i
   }
 }
 
-template <typename scalar_t, typename index_t>
-void forward_range_baseline(const ForwardArgs<scalar_t, index_t>& p, int64_t begin,
-                            int64_t end) {
-  forward_range(p, begin, end);
-}
-
-#if PYG_EDGEDOT_AVX2_CLONE
-template <typename scalar_t, typename index_t>
-PYG_EDGEDOT_AVX2_TARGET void forward_range_avx2(
-    const ForwardArgs<scalar_t, index_t>& p, int64_t begin, int64_t end) {
-  forward_range(p, begin, end);
-}
-
 // Four edges at a time: Dots::score4 scores them with row_dot.h's four-pair forms, the same
 // bits as forward_range. Measured on an AMD EPYC (2 threads, min of 15 calls, the AVX2 form
 // against the one-edge loop): E = 200K, D = 64, rows in cache: random 1.4 -> 1.2-1.3 ms,
@@ -147,19 +134,17 @@ inline void forward_range_by4(const ForwardArgs<scalar_t, index_t>& p, int64_t b
   forward_range(p, e, end);
 }
 
-// The loop's clone for each ISA (row_dot.h says why flatten).
-template <typename scalar_t, typename index_t>
-PYG_EDGEDOT_AVX2_TARGET __attribute__((flatten)) void forward_range_avx2_by4(
-    const ForwardArgs<scalar_t, index_t>& p, int64_t begin, int64_t end) {
-  forward_range_by4<Avx2Dots>(p, begin, end);
-}
-
-template <typename scalar_t, typename index_t>
-PYG_EDGEDOT_AVX512_TARGET __attribute__((flatten)) void forward_range_avx512_by4(
-    const ForwardArgs<scalar_t, index_t>& p, int64_t begin, int64_t end) {
-  forward_range_by4<Avx512Dots>(p, begin, end);
-}
-#endif
+// The forward's loop, one edge at a time or four (row_dot.h's IsaClones compiles it per ISA).
+struct ForwardEdges {
+  template <typename Dots, typename scalar_t, typename index_t>
+  static void run(const ForwardArgs<scalar_t, index_t>& p, int64_t begin, int64_t end) {
+    if constexpr (std::is_same_v<Dots, OnePairAtATime>) {
+      forward_range(p, begin, end);
+    } else {
+      forward_range_by4<Dots>(p, begin, end);
+    }
+  }
+};
 
 // Prefetching rows costs instructions that only pay when the rows come from DRAM, and not
 // for every dtype on every CPU. Measured with the AVX2 four-edge loop, 2 threads, E = 2M
@@ -218,17 +203,14 @@ void edge_dot_cpu_impl(const at::Tensor& x_src, const at::Tensor& x_dst,
   p.ahead = prefetch_distance(2 * p.row_bytes);
   p.first_bad = first_bad;
   const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(1, p.feat_dim));
-  auto range = &forward_range_baseline<scalar_t, index_t>;
+  using Clones =
+      IsaClones<ForwardEdges, void(const ForwardArgs<scalar_t, index_t>&, int64_t, int64_t)>;
+  const auto range = Clones::template pick<scalar_t, /*kFourInAvx2=*/true>();
 #if PYG_EDGEDOT_AVX2_CLONE
-  if (use_avx2()) range = &forward_range_avx2<scalar_t, index_t>;
   if constexpr (kFourDots<scalar_t>) {
-    if (use_avx2()) {
-      range = use_avx512() ? &forward_range_avx512_by4<scalar_t, index_t>
-                           : &forward_range_avx2_by4<scalar_t, index_t>;
-      if ((p.num_src + p.num_dst) * p.row_bytes < kPrefetchMinRowBytes ||
-          !forward_prefetch_pays<scalar_t>()) {
-        p.ahead = 0;
-      }
+    if (use_avx2() && ((p.num_src + p.num_dst) * p.row_bytes < kPrefetchMinRowBytes ||
+                       !forward_prefetch_pays<scalar_t>())) {
+      p.ahead = 0;  // the four-edge loops
     }
   }
 #endif

@@ -206,33 +206,17 @@ inline at::opmath_type<scalar_t> forward_block(
   return sum;
 }
 
-template <typename scalar_t, typename index_t>
-at::opmath_type<scalar_t> forward_block_baseline(const Args<scalar_t, index_t>& p, Loss loss,
-                                                 int64_t e0, int64_t e1, Pair* pairs,
-                                                 at::opmath_type<scalar_t>* scores,
-                                                 scalar_t* score_grad,
-                                                 std::atomic<int64_t>* first_bad) {
-  return forward_block(p, loss, e0, e1, pairs, scores, score_grad, first_bad);
-}
-
-#if PYG_EDGEDOT_AVX2_CLONE
-// The clones for each ISA (row_dot.h says why flatten).
-template <typename scalar_t, typename index_t>
-PYG_EDGEDOT_AVX2_TARGET __attribute__((flatten)) at::opmath_type<scalar_t> forward_block_avx2(
-    const Args<scalar_t, index_t>& p, Loss loss, int64_t e0, int64_t e1, Pair* pairs,
-    at::opmath_type<scalar_t>* scores, scalar_t* score_grad, std::atomic<int64_t>* first_bad) {
-  return forward_block(p, loss, e0, e1, pairs, scores, score_grad, first_bad);
-}
-
-template <typename scalar_t, typename index_t>
-PYG_EDGEDOT_AVX512_TARGET __attribute__((flatten)) at::opmath_type<scalar_t>
-forward_block_avx512(const Args<scalar_t, index_t>& p, Loss loss, int64_t e0, int64_t e1,
-                     Pair* pairs, at::opmath_type<scalar_t>* scores, scalar_t* score_grad,
-                     std::atomic<int64_t>* first_bad) {
-  return forward_block<scalar_t, index_t, Avx512Dots>(p, loss, e0, e1, pairs, scores,
-                                                      score_grad, first_bad);
-}
-#endif
+// The forward's block loop (row_dot.h's IsaClones compiles it per ISA).
+struct ForwardBlocks {
+  template <typename Dots, typename scalar_t, typename index_t>
+  static at::opmath_type<scalar_t> run(const Args<scalar_t, index_t>& p, Loss loss, int64_t e0,
+                                       int64_t e1, Pair* pairs,
+                                       at::opmath_type<scalar_t>* scores, scalar_t* score_grad,
+                                       std::atomic<int64_t>* first_bad) {
+    return forward_block<scalar_t, index_t, Dots>(p, loss, e0, e1, pairs, scores, score_grad,
+                                                  first_bad);
+  }
+};
 
 // The bucket index over adj (counter_rng.h's AdjIndex) when adj is long enough that
 // binary searches would miss the cache: about two buckets per entry, built in one O(A) pass
@@ -299,13 +283,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> edge_dot_loss_cpu(const loss::Cal
       using acc_t = at::opmath_type<scalar_t>;
       const auto p = make_args<scalar_t, index_t>(call, index);
       scalar_t* grad_ptr = score_grad.mutable_data_ptr<scalar_t>();
-      auto block = &forward_block_baseline<scalar_t, index_t>;
-#if PYG_EDGEDOT_AVX2_CLONE
-      if (use_avx2()) block = &forward_block_avx2<scalar_t, index_t>;
-      if constexpr (kFourDots<scalar_t>) {
-        if (use_avx512()) block = &forward_block_avx512<scalar_t, index_t>;
-      }
-#endif
+      using Clones = IsaClones<ForwardBlocks,
+                               acc_t(const Args<scalar_t, index_t>&, Loss, int64_t, int64_t,
+                                     Pair*, acc_t*, scalar_t*, std::atomic<int64_t>*)>;
+      // The AVX2 clone scores one pair at a time (forward_block says why).
+      const auto block = Clones::template pick<scalar_t, /*kFourInAvx2=*/false>();
       at::parallel_for(0, num_blocks, 1, [&](int64_t b0, int64_t b1) {
         std::vector<Pair> pairs(block_pos * width);
         std::vector<acc_t> scores(block_pos * width);

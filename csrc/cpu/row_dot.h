@@ -1,6 +1,7 @@
 // What the CPU kernels that score rows share (edge_dot_kernel.cpp, edge_dot_loss_kernel.cpp,
 // candidates_kernel.cpp): the row dot product, so that all give a pair the same score bit for
-// bit, its four-pair AVX2 and AVX-512 forms, and the run-time choice of the ISA clones.
+// bit, its four-pair AVX2 and AVX-512 forms, and the loops' ISA clones with the run-time
+// choice among them (IsaClones).
 #pragma once
 
 #include <c10/util/BFloat16.h>
@@ -259,10 +260,8 @@ PYG_EDGEDOT_AVX2_TARGET PYG_EDGEDOT_INLINE void store4(__m128 score, scalar_t* o
 
 // The four-pair forms as types, for the loops templated on them (edge_dot's forward, the
 // loss's pairs, the candidates): score4 writes four pairs' scores in the rows' dtype,
-// score4_rel likewise for DistMult's (a[j], r[j], b[j]). Such a loop is compiled for a form's
-// ISA by a clone with that target and __attribute__((flatten)), which inlines the loop and
-// score4 into the clone: the loop itself has no target (GCC will not inline a function built
-// for a wider ISA into one that is not), so it is plain `inline`, not always-inline.
+// score4_rel likewise for DistMult's (a[j], r[j], b[j]). IsaClones below compiles such a loop
+// for each form's ISA.
 struct Avx2Dots {
   template <typename scalar_t>
   PYG_EDGEDOT_AVX2_TARGET static void score4(const scalar_t* const* a, const scalar_t* const* b,
@@ -297,5 +296,43 @@ struct Avx512Dots {
 
 // A loop templated on a four-pair form that scores one pair at a time instead.
 struct OnePairAtATime {};
+
+// A loop (Loop::run<Dots>, Dots one of the forms above) compiled for each ISA, and the
+// run-time choice among the clones; Fn is the loop's function type. Each clone has its ISA's
+// target and __attribute__((flatten)), which inlines the loop and the four-pair form into it:
+// the loop itself has no target (GCC will not inline a function built for a wider ISA into
+// one that is not), so it is plain `inline`, not always-inline.
+template <typename Loop, typename Fn>
+struct IsaClones;
+
+template <typename Loop, typename R, typename... A>
+struct IsaClones<Loop, R(A...)> {
+  static R baseline(A... a) { return Loop::template run<OnePairAtATime>(a...); }
+#if PYG_EDGEDOT_AVX2_CLONE
+  template <typename Dots>
+  PYG_EDGEDOT_AVX2_TARGET __attribute__((flatten)) static R avx2(A... a) {
+    return Loop::template run<Dots>(a...);
+  }
+  PYG_EDGEDOT_AVX512_TARGET __attribute__((flatten)) static R avx512(A... a) {
+    return Loop::template run<Avx512Dots>(a...);
+  }
+#endif
+
+  // The clone for this CPU and scalar_t: four pairs at a time where the forms take scalar_t
+  // (in AVX-512; in AVX2 only if kFourInAvx2), else one at a time, in AVX2 where the CPU has it.
+  template <typename scalar_t, bool kFourInAvx2>
+  static auto pick() -> R (*)(A...) {
+#if PYG_EDGEDOT_AVX2_CLONE
+    if constexpr (kFourDots<scalar_t>) {
+      if (use_avx512()) return &avx512;
+      if constexpr (kFourInAvx2) {
+        if (use_avx2()) return &avx2<Avx2Dots>;
+      }
+    }
+    if (use_avx2()) return &avx2<OnePairAtATime>;
+#endif
+    return &baseline;
+  }
+};
 
 }  // namespace pyg_edgedot
