@@ -28,7 +28,9 @@ def edge_dot(x_src: Tensor, x_dst: Tensor, edge_index: Tensor, rel: Optional[Ten
     The same as ``(x_src[edge_index[0]] * x_dst[edge_index[1]]).sum(-1)``, without the two
     ``[E, D]`` intermediates: memory is O(E) and each row is read once per edge.
     Differentiable in ``x_src`` and ``x_dst``; only the gradients that are needed are
-    computed. The backward is deterministic on every backend (bitwise equal run to run).
+    computed. The backward is deterministic (bitwise equal run to run) on the C++, CUDA and
+    Triton kernels, and on the pure-PyTorch fallback under
+    ``torch.use_deterministic_algorithms(True)`` (its scatter is ``index_add_``).
     Twice differentiable too (``create_graph=True``, e.g. a gradient penalty): the gradient
     op has autograd of its own, written with the same fused ops, so every order stays O(E).
 
