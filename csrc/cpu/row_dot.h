@@ -18,8 +18,9 @@ namespace pyg_edgedot {
 
 // Hot loops are compiled for the baseline ISA the extension is built for and again (GCC/Clang
 // on x86-64) with AVX2 and, for the four-pair loops (edge_dot's forward, the loss's pairs,
-// the candidates' scores), AVX-512, chosen at run time, so one build runs anywhere and uses the widest vectors it can.
-// All are built with -ffp-contract=off (no FMA contraction) and add in row_dot's order, so
+// the candidates' scores), AVX-512, chosen at run time, so one build runs anywhere and uses
+// the widest vectors it can.
+// All are built with -ffp-contract=off (no FMA contraction) and add in ordered_sum's order, so
 // they give the same bits.
 #if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__)
 #define PYG_EDGEDOT_AVX2_CLONE 1
@@ -32,43 +33,15 @@ namespace pyg_edgedot {
 #define PYG_EDGEDOT_AVX512_TARGET
 #endif
 
-// Dot product of two rows with sixteen partial sums, so the compiler can vectorize it and one
-// 512-bit register (or two 256-bit ones) holds a pair's sums: part[j] adds elements j, j + 16,
+// term(0) + ... + term(n - 1) in sixteen partial sums, so the compiler can vectorize it and
+// one 512-bit register (or two 256-bit ones) holds a pair's sums: part[j] adds terms j, j + 16,
 // j + 32, ... in order, then a last half block of 8 goes to part[0..7] and the last n % 8
-// elements to part[0..n % 8 - 1] (a half block cut short, so a vector loop adds it with masked
+// terms to part[0..n % 8 - 1] (a half block cut short, so a vector loop adds it with masked
 // loads); the sums are reduced as q[j] = part[j] + part[j + 8], then
 // ((q0 + q1) + (q2 + q3)) + ((q4 + q5) + (q6 + q7)). Every loop that scores rows on the CPU
 // keeps this order.
-template <typename scalar_t, typename acc_t>
-PYG_EDGEDOT_INLINE acc_t row_dot(const scalar_t* a, const scalar_t* b, int64_t n) {
-  acc_t part[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
-  int64_t k = 0;
-  for (; k + 16 <= n; k += 16) {
-    for (int j = 0; j < 16; ++j) {
-      part[j] += static_cast<acc_t>(a[k + j]) * static_cast<acc_t>(b[k + j]);
-    }
-  }
-  if (k + 8 <= n) {
-    for (int j = 0; j < 8; ++j) {
-      part[j] += static_cast<acc_t>(a[k + j]) * static_cast<acc_t>(b[k + j]);
-    }
-    k += 8;
-  }
-  for (int j = 0; k + j < n; ++j) {
-    part[j] += static_cast<acc_t>(a[k + j]) * static_cast<acc_t>(b[k + j]);
-  }
-  acc_t q[8];
-  for (int j = 0; j < 8; ++j) q[j] = part[j] + part[j + 8];
-  return ((q[0] + q[1]) + (q[2] + q[3])) + ((q[4] + q[5]) + (q[6] + q[7]));
-}
-
-// DistMult's sum of a[k] * r[k] * b[k] (the product as (a * r) * b), in row_dot's order.
-template <typename scalar_t, typename acc_t>
-PYG_EDGEDOT_INLINE acc_t row_dot3(const scalar_t* a, const scalar_t* r, const scalar_t* b,
-                                  int64_t n) {
-  auto term = [&](int64_t k) {
-    return static_cast<acc_t>(a[k]) * static_cast<acc_t>(r[k]) * static_cast<acc_t>(b[k]);
-  };
+template <typename acc_t, typename Term>
+PYG_EDGEDOT_INLINE acc_t ordered_sum(int64_t n, Term term) {
   acc_t part[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
   int64_t k = 0;
   for (; k + 16 <= n; k += 16) {
@@ -82,6 +55,22 @@ PYG_EDGEDOT_INLINE acc_t row_dot3(const scalar_t* a, const scalar_t* r, const sc
   acc_t q[8];
   for (int j = 0; j < 8; ++j) q[j] = part[j] + part[j + 8];
   return ((q[0] + q[1]) + (q[2] + q[3])) + ((q[4] + q[5]) + (q[6] + q[7]));
+}
+
+// Dot product of two rows, in ordered_sum's order.
+template <typename scalar_t, typename acc_t>
+PYG_EDGEDOT_INLINE acc_t row_dot(const scalar_t* a, const scalar_t* b, int64_t n) {
+  return ordered_sum<acc_t>(
+      n, [&](int64_t k) { return static_cast<acc_t>(a[k]) * static_cast<acc_t>(b[k]); });
+}
+
+// DistMult's sum of a[k] * r[k] * b[k] (the product as (a * r) * b), in ordered_sum's order.
+template <typename scalar_t, typename acc_t>
+PYG_EDGEDOT_INLINE acc_t row_dot3(const scalar_t* a, const scalar_t* r, const scalar_t* b,
+                                  int64_t n) {
+  return ordered_sum<acc_t>(n, [&](int64_t k) {
+    return static_cast<acc_t>(a[k]) * static_cast<acc_t>(r[k]) * static_cast<acc_t>(b[k]);
+  });
 }
 
 #if PYG_EDGEDOT_AVX2_CLONE
