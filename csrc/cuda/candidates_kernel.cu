@@ -79,7 +79,10 @@ struct SourceRow {
 // features lane * VEC + i * G * VEC, then a butterfly leaves every lane of the group with the
 // same sums (each step adds the same two values on both lanes). Every call runs the same
 // sequence of operations per row whatever EPG is, so any row scores bitwise the same.
-// All 32 lanes of the warp must call it (full-mask shuffles).
+// All 32 lanes of the warp must call it (full-mask shuffles). The candidate rows stay packed
+// in their 16-byte loads (Packed<>) until each product: unpacked into scalar_t[VEC] they took
+// a register per element, 93 in bf16 (2 blocks of 256 per SM) against 64 packed; packed
+// scored the bf16 candidates 16% faster on an H100, fp32 the same (benchmarks/NOTES.md).
 template <int EPG, int VEC, typename scalar_t>
 __device__ __forceinline__ void group_dot(const SourceRow<scalar_t, VEC>& src,
                                           const scalar_t* const (&rows)[EPG],
@@ -91,10 +94,10 @@ __device__ __forceinline__ void group_dot(const SourceRow<scalar_t, VEC>& src,
   for (int j = 0; j < EPG; ++j) acc[j] = acc_t(0);
   for (int64_t k = static_cast<int64_t>(lane) * VEC; k < feat_dim;
        k += static_cast<int64_t>(group_size) * VEC) {
-    scalar_t b[EPG][VEC];
+    Packed<scalar_t, VEC> b[EPG];
 #pragma unroll
     for (int j = 0; j < EPG; ++j) {
-      if (valid[j]) load_vec<VEC>(rows[j] + k, b[j]);
+      if (valid[j]) b[j].load(rows[j] + k);
     }
     acc_t a[VEC];
     src.load(k, a);
@@ -102,7 +105,7 @@ __device__ __forceinline__ void group_dot(const SourceRow<scalar_t, VEC>& src,
     for (int j = 0; j < EPG; ++j) {
       if (valid[j]) {
 #pragma unroll
-        for (int i = 0; i < VEC; ++i) acc[j] += a[i] * static_cast<acc_t>(b[j][i]);
+        for (int i = 0; i < VEC; ++i) acc[j] += a[i] * b[j].get(i);
       }
     }
   }

@@ -83,14 +83,13 @@ void dispatch_choices(bool first, bool flag, F&& f) {
 // cap is set for. Measured on the H200 (benchmarks/NOTES.md, "Next" 1): 2 edges at 4 blocks
 // per SM tied 4 edges at 3 blocks in random order and was 6-8% faster sorted by source, where
 // half the row loads hit L1 and more warps keep more DRAM reads in flight; 8 edges was slower
-// than 4 (1.8x in bf16). DistMult's three rows keep 4 edges at one block per SM.
-template <bool REL>
-constexpr int kForwardEdgesInFlight = REL ? 4 : 2;
-template <bool REL>
-constexpr int kForwardBlocksPerSm = REL ? 1 : 4;
+// than 4 (1.8x in bf16). DistMult's three rows take the same: 4 edges needed 110 registers
+// (2 blocks per SM), 2 edges fit 64 and were 2% faster in fp32, 3% in bf16 (H100, NOTES).
+constexpr int kForwardEdgesInFlight = 2;
+constexpr int kForwardBlocksPerSm = 4;
 
 template <typename scalar_t, typename index_t, int VEC, int EPG, bool REL>
-__global__ void __launch_bounds__(kThreads, kForwardBlocksPerSm<REL>) edge_dot_fwd_kernel(
+__global__ void __launch_bounds__(kThreads, kForwardBlocksPerSm) edge_dot_fwd_kernel(
     const scalar_t* __restrict__ x_src, int64_t src_row_stride, int64_t num_src,  // [N_src, D]
     const scalar_t* __restrict__ x_dst, int64_t dst_row_stride, int64_t num_dst,  // [N_dst, D]
     const scalar_t* __restrict__ rel, int64_t rel_row_stride, int64_t num_rel,    // [R, D]
@@ -167,7 +166,7 @@ int chunk_edges_for(int64_t num_edges, int group, int blocks_per_sm, int edges_i
 constexpr int kSmallForwardSplit = 4;  // vectors per row and lane (U)
 
 template <typename scalar_t, typename index_t, int VEC>
-__global__ void __launch_bounds__(kThreads, kForwardBlocksPerSm<false>) edge_dot_fwd_small_kernel(
+__global__ void __launch_bounds__(kThreads, kForwardBlocksPerSm) edge_dot_fwd_small_kernel(
     const scalar_t* __restrict__ x_src, int64_t src_row_stride, int64_t num_src,  // [N_src, D]
     const scalar_t* __restrict__ x_dst, int64_t dst_row_stride, int64_t num_dst,  // [N_dst, D]
     const index_t* __restrict__ src_index, int64_t src_index_stride,              // [E]
@@ -232,7 +231,7 @@ int small_forward_lanes(int64_t num_edges, int64_t feat_dim, int vec) {
   const int group = group_size_for(feat_dim, vec);
   if (feat_dim > int64_t{kWarp} * vec || group < kSmallForwardSplit) return 0;
   const int lanes = group / kSmallForwardSplit;
-  const int64_t resident_threads = num_sms() * kForwardBlocksPerSm<false> * kThreads;
+  const int64_t resident_threads = num_sms() * kForwardBlocksPerSm * kThreads;
   return num_edges * lanes <= resident_threads ? lanes : 0;
 }
 
@@ -259,10 +258,10 @@ void launch_forward(const at::Tensor& x_src, const at::Tensor& x_dst, const at::
     }
   }
   const int group = group_size_for(feat_dim, VEC);
-  const int chunk_edges = chunk_edges_for(num_edges, group, kForwardBlocksPerSm<REL>,
-                                          kForwardEdgesInFlight<REL>);
+  const int chunk_edges = chunk_edges_for(num_edges, group, kForwardBlocksPerSm,
+                                          kForwardEdgesInFlight);
   const int64_t grid = grid_for((num_edges + chunk_edges - 1) / chunk_edges);
-  edge_dot_fwd_kernel<scalar_t, index_t, VEC, kForwardEdgesInFlight<REL>, REL>
+  edge_dot_fwd_kernel<scalar_t, index_t, VEC, kForwardEdgesInFlight, REL>
       <<<grid, kThreads, 0, stream>>>(
           x_src.const_data_ptr<scalar_t>(), x_src.stride(0), x_src.size(0),
           x_dst.const_data_ptr<scalar_t>(), x_dst.stride(0), x_dst.size(0),
