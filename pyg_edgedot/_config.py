@@ -12,7 +12,8 @@ While installing (read by ``setup.py`` only, like flash-attention's build switch
   builds them just in time instead.
 * ``PYG_EDGEDOT_CUDA=0``: compile the CPU kernel only.
 
-``PYG_EDGEDOT_CPU_AVX2=0`` (keep the CPU scoring loops' baseline x86-64 form) and
+``PYG_EDGEDOT_CPU_AVX2=0`` (keep the CPU scoring loops' and ``topk_dst``'s scan's baseline
+x86-64 form) and
 ``PYG_EDGEDOT_CPU_AVX512=0`` (keep their AVX2 form) are read by the CPU kernels themselves
 (``csrc/cpu/row_dot.h``), the one place that acts on them.
 ``TORCH_CUDA_ARCH_LIST`` and ``TORCH_EXTENSIONS_DIR`` are torch's own, read by the loader.

@@ -3,11 +3,15 @@ stable descending sort), on both implementations (the registered op: the C++ ker
 CPU; and the pure-PyTorch fallback, called directly with tiny tiles so that ties and
 exclusions cross tile boundaries); padding, empty inputs, ties, NaN, layouts, PyG's link
 prediction metrics, opcheck, torch.compile and bad input."""
+import os
+import subprocess
+import sys
 import warnings
 
 import pytest
 import torch
 
+import pyg_edgedot
 from pyg_edgedot import topk_dst
 from pyg_edgedot.ops import _chunked, topk as topk_mod
 from _helpers import DEVICES, FLOAT_DTYPES, INDEX_DTYPES, LOW_PRECISION, TOL, dtype_id, randn
@@ -311,6 +315,35 @@ def test_cpp_kernel_and_fallback_agree(device, gen, tiny_tiles):
         got = run("op", x_src, x_dst, k, src_index=src_index, exclude=exclude)
         expected = run("fallback", x_src, x_dst, k, src_index=src_index, exclude=exclude)
         assert torch.equal(got[1], expected[1]) and torch.equal(got[0], expected[0])
+
+
+_SCAN_SCRIPT = """
+import sys, torch, pyg_edgedot
+gen = torch.Generator().manual_seed(5)
+x_src = torch.randint(-8, 9, (70, 16), generator=gen).float()
+x_dst = torch.randint(-8, 9, (3000, 16), generator=gen).float()
+exclude = torch.stack([torch.randint(0, 70, (20000,), generator=gen),
+                       torch.randint(0, 3000, (20000,), generator=gen)])
+torch.save([pyg_edgedot.topk_dst(x_src, x_dst, k, exclude=exclude) for k in (1, 25, 300)],
+           sys.argv[1])
+"""
+
+
+@pytest.mark.skipif(pyg_edgedot.backends()["cpu"] != "cpp", reason="needs the C++ CPU kernel")
+def test_cpu_scan_without_avx2_gives_the_same_topk(tmp_path):
+    """The C++ kernel's float32 scan compares sixteen scores at a time with AVX2 where the CPU
+    has it, unless PYG_EDGEDOT_CPU_AVX2=0 (as the scoring loops): both find the same top k
+    (on a CPU without AVX2 both runs take the baseline scan)."""
+    results = []
+    for avx2 in ("1", "0"):
+        path = tmp_path / f"avx2_{avx2}.pt"
+        env = dict(os.environ, PYG_EDGEDOT_CPU_AVX2=avx2)
+        proc = subprocess.run([sys.executable, "-c", _SCAN_SCRIPT, str(path)], env=env,
+                              capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        results.append(torch.load(path))
+    for (s1, i1), (s0, i0) in zip(*results):
+        assert i1.size(1) > 0 and torch.equal(i1, i0) and torch.equal(s1, s0)
 
 
 # ---- the CUDA kernel's paths: tiles of 64 sources x 64 destinations, k <= 128 and D <= 256

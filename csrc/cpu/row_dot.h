@@ -1,7 +1,7 @@
 // What the CPU kernels that score rows share (edge_dot_kernel.cpp, edge_dot_loss_kernel.cpp,
 // candidates_kernel.cpp): the row dot product, so that all give a pair the same score bit for
 // bit, its four-pair AVX2 and AVX-512 forms, and the loops' ISA clones with the run-time
-// choice among them (IsaClones).
+// choice among them (IsaClones; topk_kernel.cpp's scan takes the same choice, use_avx2).
 #pragma once
 
 #include <c10/util/BFloat16.h>

@@ -28,10 +28,7 @@
 #include <vector>
 
 #include "common.h"
-
-#if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__)
-#include <immintrin.h>
-#endif
+#include "row_dot.h"  // the AVX2 target and its run-time choice (use_avx2)
 
 namespace pyg_edgedot {
 
@@ -125,11 +122,11 @@ int64_t skip_below(const acc_t* scores, int64_t t, int64_t count, acc_t threshol
   return t;
 }
 
-#if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__)
-#define PYG_EDGEDOT_TOPK_AVX2 1
-// The float32 scan with 256-bit compares, chosen at run time where the CPU has AVX2.
-__attribute__((target("avx2"))) int64_t skip_below_avx2(const float* scores, int64_t t,
-                                                         int64_t count, float threshold) {
+#if PYG_EDGEDOT_AVX2_CLONE
+// The float32 scan with 256-bit compares, chosen at run time as the scoring loops choose
+// theirs (row_dot.h's use_avx2: the CPU has AVX2 and PYG_EDGEDOT_CPU_AVX2 is not 0).
+PYG_EDGEDOT_AVX2_TARGET int64_t skip_below_avx2(const float* scores, int64_t t, int64_t count,
+                                                float threshold) {
   const __m256 limit = _mm256_set1_ps(threshold);
   for (; t + kSkip <= count; t += kSkip) {
     const __m256 a = _mm256_cmp_ps(_mm256_loadu_ps(scores + t), limit, _CMP_GT_OQ);
@@ -139,18 +136,11 @@ __attribute__((target("avx2"))) int64_t skip_below_avx2(const float* scores, int
   }
   return t;
 }
-
-inline bool use_avx2() {
-  static const bool use = __builtin_cpu_supports("avx2");
-  return use;
-}
-#else
-#define PYG_EDGEDOT_TOPK_AVX2 0
 #endif
 
 template <typename acc_t>
 inline int64_t skip(const acc_t* scores, int64_t t, int64_t count, acc_t threshold) {
-#if PYG_EDGEDOT_TOPK_AVX2
+#if PYG_EDGEDOT_AVX2_CLONE
   if constexpr (std::is_same<acc_t, float>::value) {
     if (use_avx2()) return skip_below_avx2(scores, t, count, threshold);
   }
