@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Every GPU figure and check that README.md publishes comes from one step of this script, run
-# on the H200 through the device tool, from the repo root:
+# on the GPU machine through the device tool, from the repo root:
 #
 #   export OUT; bash benchmarks/gpu_run.sh STEP...        (results under $OUT)
+#
+# Result files are named after the GPU's model, <gpu> below (h200 for an NVIDIA H200, h100
+# for an H100 80GB HBM3): the device tool lends either, and their figures differ.
 #
 # Steps (each of tests, triton, fallback and bench takes most of a device call's 10 minutes
 # with a cold build, so give it a call of its own):
@@ -17,20 +20,20 @@
 #              -> memcheck.log (run it in this script: outside it, the build lands in another
 #              cache, and building under the sanitizer takes the whole call); MEMCHECK_TIMEOUT
 #              (default 400 s) bounds it
-#   bench      benchmarks/bench_edge_dot.py -> h200.{json,log,png} (README "Performance")
-#   hostw1     the host-overhead table alone (W1) -> h200_host_w1.{json,log,png}
+#   bench      benchmarks/bench_edge_dot.py -> <gpu>.{json,log,png} (README "Performance")
+#   hostw1     the host-overhead table alone (W1) -> <gpu>_host_w1.{json,log,png}
 #   sampling   the sampler's CUDA tests first (the CUDA kernel's draws equal the C++ kernel's,
 #              bit for bit, and every guarantee on CUDA tensors) -> pytest_sampling.log, then
 #              benchmarks/bench_negative_sampling.py (SAMPLING_GRAPHS, default all three;
-#              "backend" in its output must say cuda) -> h200_negative_sampling.{json,log};
+#              "backend" in its output must say cuda) -> <gpu>_negative_sampling.{json,log};
 #              SAMPLING_TESTS=0 skips the tests (after a full-suite run); SAMPLING_ARGS adds
 #              arguments (e.g. --profile: device time by kernel of one sample and one build)
 #   loss       benchmarks/bench_edge_dot_loss.py at W3 (2.93M nodes, E = 30M, D = 128, K = 1)
-#              -> h200_edge_dot_loss.{json,log}
-#   beyond     benchmarks/bench_beyond.py -> h200_beyond.{json,log} (README "Beyond the peers")
+#              -> <gpu>_edge_dot_loss.{json,log}
+#   beyond     benchmarks/bench_beyond.py -> <gpu>_beyond.{json,log} (README "Beyond the peers")
 #   topk       benchmarks/bench_topk.py: 100K x 1M, D = 64, k = 20, fp32 and bf16, 10M excluded
 #              pairs; ours vs chunked mm + topk vs faiss's GPU search (PyG's MIPSKNNIndex) ->
-#              h200_topk.{json,log}. The device machine reaches no registry: for the faiss row,
+#              <gpu>_topk.{json,log}. The device machine reaches no registry: for the faiss row,
 #              carry a faiss-gpu wheel and set FAISS_WHEEL=path (without it, one quick pip try,
 #              then the row says "faiss-gpu not installed")
 #   examples   examples/link_pred.py, both decoders -> link_pred_gpu_{edgedot,eager}.json
@@ -38,7 +41,7 @@
 #              (torch_geometric.utils.negative_sampling + the eager decoder; 2 epochs, the
 #              first is warm-up) vs ours (NegativeSampler + EdgeDotScore; and --loss fused)
 #              -> link_pred_gpu_e2e_{pyg,edgedot,fused}.json (mean epoch time)
-#   ddp        examples/ddp_link_pred.py under torchrun, NCCL, 1 GPU -> ddp_nccl_1gpu_h200.json
+#   ddp        examples/ddp_link_pred.py under torchrun, NCCL, 1 GPU -> ddp_nccl_1gpu_<gpu>.json
 #   ncu        Nsight Compute on the forward kernel of ours and of torch.compile, one launch
 #              each (the warm-up), at NCU_WORKLOAD (default W3) in NCU_ORDER (default sorted):
 #              throughput, memory, occupancy, launch and warp-state sections
@@ -50,6 +53,9 @@
 # publish a run (history stays in git).
 set -uo pipefail
 OUT=${OUT:-/tmp/pyg_edgedot_out}
+GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 | tr 'A-Z' 'a-z' \
+  | grep -oE '[a-z][0-9]{2,4}[a-z]?' | head -1)
+GPU=${GPU:-gpu}
 mkdir -p "$OUT"
 export TORCH_EXTENSIONS_DIR=/tmp/pyg_edgedot_ext PYTHONUNBUFFERED=1
 python3 -m pip install -q -e . --no-deps --no-build-isolation 2>&1 | grep -v -i warn | tail -2
@@ -97,11 +103,11 @@ for step in "$@"; do
       tail -4 "$OUT/memcheck.log" ;;
     bench)
       # The host-overhead table at W1, then W1-W7 x {random, sorted} x every peer + the giant.
-      python3 benchmarks/bench_edge_dot.py --out "$OUT/h200.json" --plot "$OUT/h200.png" \
-        2>&1 | tee "$OUT/h200.log" | tail -60 ;;
+      python3 benchmarks/bench_edge_dot.py --out "$OUT/${GPU}.json" --plot "$OUT/${GPU}.png" \
+        2>&1 | tee "$OUT/${GPU}.log" | tail -60 ;;
     hostw1)
-      python3 benchmarks/bench_edge_dot.py --sections host --out "$OUT/h200_host_w1.json" 2>&1 \
-        | tee "$OUT/h200_host_w1.log" | tail -12 ;;
+      python3 benchmarks/bench_edge_dot.py --sections host --out "$OUT/${GPU}_host_w1.json" 2>&1 \
+        | tee "$OUT/${GPU}_host_w1.log" | tail -12 ;;
     sampling)
       if [ "${SAMPLING_TESTS:-1}" != 0 ]; then
         pytest_all tests/test_negative_sampling.py -k cuda | tee "$OUT/pytest_sampling.log" \
@@ -109,22 +115,22 @@ for step in "$@"; do
       fi
       python3 benchmarks/bench_negative_sampling.py --device cuda \
         --graphs "${SAMPLING_GRAPHS:-cora,100k_2m,1m_20m}" ${SAMPLING_ARGS:-} \
-        --out "$OUT/h200_negative_sampling.json" 2>&1 | tee "$OUT/h200_negative_sampling.log" \
+        --out "$OUT/${GPU}_negative_sampling.json" 2>&1 | tee "$OUT/${GPU}_negative_sampling.log" \
         | tail -30 ;;
     loss)
-      python3 benchmarks/bench_edge_dot_loss.py --device cuda --out "$OUT/h200_edge_dot_loss.json" \
-        2>&1 | tee "$OUT/h200_edge_dot_loss.log" | tail -30 ;;
+      python3 benchmarks/bench_edge_dot_loss.py --device cuda --out "$OUT/${GPU}_edge_dot_loss.json" \
+        2>&1 | tee "$OUT/${GPU}_edge_dot_loss.log" | tail -30 ;;
     beyond)
       # Ranking, candidate scoring, DistMult, and the Triton path (a PYG_EDGEDOT_CUDA=0 child).
-      python3 benchmarks/bench_beyond.py --out "$OUT/h200_beyond.json" 2>&1 \
-        | tee "$OUT/h200_beyond.log" | tail -40 ;;
+      python3 benchmarks/bench_beyond.py --out "$OUT/${GPU}_beyond.json" 2>&1 \
+        | tee "$OUT/${GPU}_beyond.log" | tail -40 ;;
     topk)
       # faiss on the GPU for the peer row; the benchmark runs (faiss row n/a) without it.
       python3 -c "import faiss; faiss.StandardGpuResources" 2>/dev/null \
         || timeout 60 python3 -m pip install -q --retries 0 --timeout 5 \
              "${FAISS_WHEEL:-faiss-gpu-cu12}" 2>&1 | tail -2
-      python3 benchmarks/bench_topk.py --device cuda --out "$OUT/h200_topk.json" 2>&1 \
-        | tee "$OUT/h200_topk.log" | tail -40 ;;
+      python3 benchmarks/bench_topk.py --device cuda --out "$OUT/${GPU}_topk.json" 2>&1 \
+        | tee "$OUT/${GPU}_topk.log" | tail -40 ;;
     examples)
       # Mean epoch time with ~17M scored edges per epoch, both decoders, one seed.
       for dec in edgedot eager; do
@@ -144,7 +150,7 @@ for step in "$@"; do
       # examples/ddp_link_pred.py under torchrun with NCCL, one process on the one GPU.
       torchrun --standalone --nproc_per_node 1 examples/ddp_link_pred.py --device cuda \
         --num-nodes 200000 --avg-degree 20 --neg-sampling uniform --epochs 3 --no-progress \
-        --json "$OUT/ddp_nccl_1gpu_h200.json" 2>&1 | tail -6 ;;
+        --json "$OUT/ddp_nccl_1gpu_${GPU}.json" 2>&1 | tail -6 ;;
     ncu)
       w=${NCU_WORKLOAD:-W3}; o=${NCU_ORDER:-sorted}; log="$OUT/ncu_fwd_${w}_${o}.log"
       kernels=${NCU_KERNELS:-edge_dot_fwd|triton_}
