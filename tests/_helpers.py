@@ -4,8 +4,11 @@ Every check compares against a float64 reference computed on the CPU from the *s
 inputs the kernel saw (low-precision inputs are upcast, never regenerated), by relative
 error ``||out - ref|| / ||ref||``.
 """
+import os
+import subprocess
+import sys
 import zlib
-from typing import Optional, Tuple
+from typing import Mapping, Optional, Tuple
 
 import pytest
 import torch
@@ -283,6 +286,17 @@ def cpp_kernel_on_cpu(group: str) -> bool:
     (not the pure-PyTorch fallback)."""
     from pyg_edgedot import _backend
     return _backend.loaded().table[group, "cpu"].impl == "cpp"
+
+
+def script_result(script: str, out_path, env: Mapping[str, str]):
+    """What ``script`` saved with ``torch.save`` to ``sys.argv[1]`` (= ``out_path``), run in a
+    fresh Python process with ``env`` added to this one's environment: for switches the
+    kernels read once per process (the CPU loops' ISA choice)."""
+    proc = subprocess.run([sys.executable, "-c", script, str(out_path)],
+                          env=dict(os.environ, **env), capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return torch.load(out_path)
 
 
 def scores_bitwise_alike(group: str, device: str) -> bool:

@@ -1,8 +1,4 @@
 """Forward values of ``edge_dot`` and of the registered ops, against a float64 reference."""
-import os
-import subprocess
-import sys
-
 import pytest
 import torch
 from torch_geometric import EdgeIndex
@@ -12,7 +8,8 @@ from pyg_edgedot import edge_dot, score_candidates
 from _helpers import (DEVICES, EI_LAYOUTS, FLOAT_DTYPES, INDEX_DTYPES, OPCHECK_CASES,
                       OPCHECK_IDS, SHAPE_IDS, SHAPES, X_LAYOUTS, assert_close, cuda_kernels_of,
                       dtype_id, make_edge_index, make_x, op_edge_dot, randint, randn,
-                      random_edge_index, ref_edge_dot, ref_grads, scores_bitwise_alike)
+                      random_edge_index, ref_edge_dot, ref_grads, scores_bitwise_alike,
+                      script_result)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -325,14 +322,9 @@ def test_cpu_isa_loops_give_the_baseline_bits(tmp_path):
     PYG_EDGEDOT_CPU_AVX512=0 forces AVX2 and PYG_EDGEDOT_CPU_AVX2=0 the baseline. All must give
     the same bits (on a CPU without AVX-512 or AVX2 two or three runs take the same loop, and
     the test checks nothing more)."""
-    results = []
-    for avx2, avx512 in (("1", "1"), ("1", "0"), ("0", "0")):
-        path = tmp_path / f"avx2_{avx2}_avx512_{avx512}.pt"
-        env = dict(os.environ, PYG_EDGEDOT_CPU_AVX2=avx2, PYG_EDGEDOT_CPU_AVX512=avx512)
-        proc = subprocess.run([sys.executable, "-c", _ISA_SCRIPT, str(path)], env=env,
-                              capture_output=True, text=True, timeout=600)
-        assert proc.returncode == 0, proc.stderr[-2000:]
-        results.append(torch.load(path))
+    results = [script_result(_ISA_SCRIPT, tmp_path / f"avx2_{avx2}_avx512_{avx512}.pt",
+                             {"PYG_EDGEDOT_CPU_AVX2": avx2, "PYG_EDGEDOT_CPU_AVX512": avx512})
+               for avx2, avx512 in (("1", "1"), ("1", "0"), ("0", "0"))]
     assert len(results[0]) == 4 * 8 * 16
     for other in results[1:]:
         assert len(other) == len(results[0])

@@ -3,9 +3,6 @@ stable descending sort), on both implementations (the registered op: the C++ ker
 CPU; and the pure-PyTorch fallback, called directly with tiny tiles so that ties and
 exclusions cross tile boundaries); padding, empty inputs, ties, NaN, layouts, PyG's link
 prediction metrics, opcheck, torch.compile and bad input."""
-import os
-import subprocess
-import sys
 import warnings
 
 import pytest
@@ -14,7 +11,8 @@ import torch
 import pyg_edgedot
 from pyg_edgedot import topk_dst
 from pyg_edgedot.ops import _chunked, topk as topk_mod
-from _helpers import DEVICES, FLOAT_DTYPES, INDEX_DTYPES, LOW_PRECISION, TOL, dtype_id, randn
+from _helpers import (DEVICES, FLOAT_DTYPES, INDEX_DTYPES, LOW_PRECISION, TOL, dtype_id, randn,
+                      script_result)
 
 BACKENDS = ["op", "fallback"]
 OP = torch.ops.pyg_edgedot.topk_dst.default
@@ -334,14 +332,8 @@ def test_cpu_scan_without_avx2_gives_the_same_topk(tmp_path):
     """The C++ kernel's float32 scan compares sixteen scores at a time with AVX2 where the CPU
     has it, unless PYG_EDGEDOT_CPU_AVX2=0 (as the scoring loops): both find the same top k
     (on a CPU without AVX2 both runs take the baseline scan)."""
-    results = []
-    for avx2 in ("1", "0"):
-        path = tmp_path / f"avx2_{avx2}.pt"
-        env = dict(os.environ, PYG_EDGEDOT_CPU_AVX2=avx2)
-        proc = subprocess.run([sys.executable, "-c", _SCAN_SCRIPT, str(path)], env=env,
-                              capture_output=True, text=True, timeout=600)
-        assert proc.returncode == 0, proc.stderr[-2000:]
-        results.append(torch.load(path))
+    results = [script_result(_SCAN_SCRIPT, tmp_path / f"avx2_{avx2}.pt",
+                             {"PYG_EDGEDOT_CPU_AVX2": avx2}) for avx2 in ("1", "0")]
     for (s1, i1), (s0, i0) in zip(*results):
         assert i1.size(1) > 0 and torch.equal(i1, i0) and torch.equal(s1, s0)
 
