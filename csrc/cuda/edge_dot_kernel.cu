@@ -88,7 +88,7 @@ void dispatch_choices(bool first, bool flag, F&& f) {
 constexpr int kForwardEdgesInFlight = 2;
 constexpr int kForwardBlocksPerSm = 4;
 
-template <typename scalar_t, typename index_t, int VEC, int EPG, bool REL>
+template <typename scalar_t, typename index_t, int VEC, int EPG, bool REL, bool PIPELINED>
 __global__ void __launch_bounds__(kThreads, kForwardBlocksPerSm) edge_dot_fwd_kernel(
     const scalar_t* __restrict__ x_src, int64_t src_row_stride, int64_t num_src,  // [N_src, D]
     const scalar_t* __restrict__ x_dst, int64_t dst_row_stride, int64_t num_dst,  // [N_dst, D]
@@ -131,7 +131,7 @@ __global__ void __launch_bounds__(kThreads, kForwardBlocksPerSm) edge_dot_fwd_ke
     if (!my_valid && my_edge < num_edges && first_bad != nullptr) {
       atomicMin(first_bad, static_cast<unsigned long long>(my_edge));
     }
-    const acc_t my_score = score_group_edges<scalar_t, VEC, EPG, REL>(
+    const acc_t my_score = score_group_edges<scalar_t, VEC, EPG, REL, PIPELINED>(
         x_src, src_row_stride, x_dst, dst_row_stride, rel, rel_row_stride, my_s, my_d, my_t, lane,
         group_first_edge, group_size, group_edges, feat_dim,
         [&](int64_t s, int64_t d, int64_t t) {
@@ -261,16 +261,23 @@ void launch_forward(const at::Tensor& x_src, const at::Tensor& x_dst, const at::
   const int chunk_edges = chunk_edges_for(num_edges, group, kForwardBlocksPerSm,
                                           kForwardEdgesInFlight);
   const int64_t grid = grid_for((num_edges + chunk_edges - 1) / chunk_edges);
-  edge_dot_fwd_kernel<scalar_t, index_t, VEC, kForwardEdgesInFlight, REL>
-      <<<grid, kThreads, 0, stream>>>(
-          x_src.const_data_ptr<scalar_t>(), x_src.stride(0), x_src.size(0),
-          x_dst.const_data_ptr<scalar_t>(), x_dst.stride(0), x_dst.size(0),
-          REL ? rel.const_data_ptr<scalar_t>() : nullptr, REL ? rel.stride(0) : 0,
-          REL ? rel.size(0) : 1,
-          src_index.const_data_ptr<index_t>(), src_index.stride(0),
-          dst_index.const_data_ptr<index_t>(), dst_index.stride(0),
-          REL ? rel_index.const_data_ptr<index_t>() : nullptr, REL ? rel_index.stride(0) : 0,
-          out.mutable_data_ptr<scalar_t>(), first_bad, num_edges, feat_dim, group, chunk_edges);
+  // The pipelined rounds where one pass covers a row (score_group_edges says why); not for
+  // DistMult, nor for the unaligned (VEC = 1) rows, which keep one kernel each.
+  auto kernel = edge_dot_fwd_kernel<scalar_t, index_t, VEC, kForwardEdgesInFlight, REL, false>;
+  if constexpr (!REL && VEC > 1) {
+    if (feat_dim <= static_cast<int64_t>(group) * VEC) {
+      kernel = edge_dot_fwd_kernel<scalar_t, index_t, VEC, kForwardEdgesInFlight, REL, true>;
+    }
+  }
+  kernel<<<grid, kThreads, 0, stream>>>(
+      x_src.const_data_ptr<scalar_t>(), x_src.stride(0), x_src.size(0),
+      x_dst.const_data_ptr<scalar_t>(), x_dst.stride(0), x_dst.size(0),
+      REL ? rel.const_data_ptr<scalar_t>() : nullptr, REL ? rel.stride(0) : 0,
+      REL ? rel.size(0) : 1,
+      src_index.const_data_ptr<index_t>(), src_index.stride(0),
+      dst_index.const_data_ptr<index_t>(), dst_index.stride(0),
+      REL ? rel_index.const_data_ptr<index_t>() : nullptr, REL ? rel_index.stride(0) : 0,
+      out.mutable_data_ptr<scalar_t>(), first_bad, num_edges, feat_dim, group, chunk_edges);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 

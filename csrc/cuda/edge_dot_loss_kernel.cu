@@ -116,7 +116,7 @@ __global__ void __launch_bounds__(kThreads, 3) loss_score_kernel(
             dst_index, dst_index_stride, num_src, num_dst, next_s, next_d);  // a chunk ahead
     const int64_t my_pair = chunk + lane_in_warp;
     // pair_of gave (-1, -1) past the end and for a positive out of range: not scored
-    const acc_t my_score = score_group_edges<scalar_t, VEC, EPG, false>(
+    const acc_t my_score = score_group_edges<scalar_t, VEC, EPG, false, false>(
         x_src, src_row_stride, x_dst, dst_row_stride, x_src, 0, my_s, my_d, 0, lane, group_first,
         group_size, group_size, feat_dim,
         [](int64_t s, int64_t d, int64_t) { return s >= 0 && d >= 0; });

@@ -60,6 +60,7 @@ __device__ __forceinline__ void load_vec(const scalar_t* __restrict__ ptr, scala
 template <typename scalar_t, int VEC>
 struct Packed {
   static_assert(VEC * sizeof(scalar_t) == 16, "a packed vector is 16 bytes");
+  static constexpr int kWidth = VEC;
   uint4 raw;
 
   __device__ __forceinline__ void load(const scalar_t* __restrict__ ptr) {
@@ -86,6 +87,7 @@ struct Packed {
 
 template <typename scalar_t>
 struct Packed<scalar_t, 1> {
+  static constexpr int kWidth = 1;
   scalar_t raw;
   __device__ __forceinline__ void load(const scalar_t* __restrict__ ptr) { raw = __ldg(ptr); }
   __device__ __forceinline__ at::opmath_type<scalar_t> get(int) const {
@@ -105,13 +107,61 @@ __device__ __forceinline__ void store_vec(scalar_t* __restrict__ ptr, const acc_
   }
 }
 
+// The indices of edge `source_lane` of the warp's chunk, shuffled from the lane that holds
+// them (t = 0 without REL). The caller's valid(s, d, t) stays outside: passing it in here
+// made DistMult's forward spill (ptxas, sm_90).
+template <bool REL>
+__device__ __forceinline__ void group_edge(int64_t my_s, int64_t my_d, int64_t my_t,
+                                           int source_lane, int64_t& s, int64_t& d,
+                                           int64_t& t) {
+  s = __shfl_sync(0xffffffffu, my_s, source_lane);
+  d = __shfl_sync(0xffffffffu, my_d, source_lane);
+  t = 0;
+  if constexpr (REL) t = __shfl_sync(0xffffffffu, my_t, source_lane);
+}
+
+// acc += a . b (or a . r . b with REL) over the lane's VEC elements, in element order.
+template <bool REL, typename acc_t, typename P>
+__device__ __forceinline__ void add_products(acc_t& acc, const P& a, const P& b, const P& r) {
+#pragma unroll
+  for (int i = 0; i < P::kWidth; ++i) {
+    if constexpr (REL) {
+      acc += a.get(i) * r.get(i) * b.get(i);
+    } else {
+      acc += a.get(i) * b.get(i);
+    }
+  }
+}
+
+// Sums each of a round's EPG partials over the group's lanes (one butterfly each) and keeps,
+// in my_score, the sum of the lane's own edge (edge t0 + j of the group).
+template <int EPG, typename acc_t>
+__device__ __forceinline__ void keep_own_sum(acc_t (&acc)[EPG], const bool (&scored)[EPG],
+                                             int batch, int t0, int lane, int group_size,
+                                             acc_t& my_score) {
+#pragma unroll
+  for (int j = 0; j < EPG; ++j) {
+    for (int offset = group_size / 2; offset > 0; offset /= 2) {
+      acc[j] += __shfl_xor_sync(0xffffffffu, acc[j], offset);
+    }
+    if (j < batch && lane == t0 + j && scored[j]) my_score = acc[j];
+  }
+}
+
 // The scores of a group's edges, for the forward kernels where lane i of a warp holds edge i
 // of its chunk (my_s, my_d, my_t; my_t only with REL) and the group of G lanes that lane
 // belongs to scores the group's first group_edges edges, EPG at a time with all their rows in
 // flight, each as a dot product over the G lanes (VEC-wide packed loads, one shuffle butterfly).
 // Returns the score of the lane's own edge, NaN where valid(s, d, t) said no (its rows are
 // never read). REL multiplies by the relation row (DistMult).
-template <typename scalar_t, int VEC, int EPG, bool REL, typename Valid>
+//
+// PIPELINED (only where one pass of the G lanes covers a row, feat_dim <= G * VEC): the next
+// round's index shuffles and row loads are issued before this round's butterfly, so a warp's
+// loads no longer wait out the round's dependent shuffles. Each lane adds the same products
+// in the same order and the butterfly is the same, so the score is the same bits. Measured on
+// an H100 (benchmarks/NOTES.md, the kernels): 4-13% faster sorted by source, level in random
+// order; DistMult's three rows spilled in this form, so REL keeps the loop.
+template <typename scalar_t, int VEC, int EPG, bool REL, bool PIPELINED, typename Valid>
 __device__ __forceinline__ at::opmath_type<scalar_t> score_group_edges(
     const scalar_t* __restrict__ x_src, int64_t src_row_stride,
     const scalar_t* __restrict__ x_dst, int64_t dst_row_stride,
@@ -119,58 +169,73 @@ __device__ __forceinline__ at::opmath_type<scalar_t> score_group_edges(
     int64_t my_t, int lane, int group_first_edge, int group_size, int group_edges,
     int64_t feat_dim, Valid valid_edge) {
   using acc_t = at::opmath_type<scalar_t>;
+  static_assert(!(PIPELINED && REL), "DistMult's pipelined rounds spill");
   const int batch = EPG < group_size ? EPG : group_size;
   acc_t my_score = std::numeric_limits<acc_t>::quiet_NaN();
-  for (int t0 = 0; t0 < group_edges; t0 += batch) {
-    const scalar_t* src_row[EPG];
-    const scalar_t* dst_row[EPG];
-    const scalar_t* rel_row[REL ? EPG : 1];
-    bool valid[EPG];
-    acc_t acc[EPG];
-#pragma unroll
-    for (int j = 0; j < EPG; ++j) {
-      const int source_lane = group_first_edge + t0 + (j < batch ? j : 0);
-      const int64_t s = __shfl_sync(0xffffffffu, my_s, source_lane);
-      const int64_t d = __shfl_sync(0xffffffffu, my_d, source_lane);
-      int64_t t = 0;
-      if constexpr (REL) t = __shfl_sync(0xffffffffu, my_t, source_lane);
-      valid[j] = j < batch && valid_edge(s, d, t);
-      src_row[j] = x_src + (valid[j] ? s : 0) * src_row_stride;
-      dst_row[j] = x_dst + (valid[j] ? d : 0) * dst_row_stride;
-      if constexpr (REL) rel_row[j] = rel + (valid[j] ? t : 0) * rel_row_stride;
-      acc[j] = acc_t(0);
-    }
-    for (int64_t k = static_cast<int64_t>(lane) * VEC; k < feat_dim;
-         k += static_cast<int64_t>(group_size) * VEC) {
-      Packed<scalar_t, VEC> a[EPG], b[EPG], r[REL ? EPG : 1];
+  if constexpr (PIPELINED) {
+    const int64_t k = static_cast<int64_t>(lane) * VEC;
+    const bool active = k < feat_dim;
+    Packed<scalar_t, VEC> a[EPG], b[EPG];
+    bool scored[EPG];
+    auto issue = [&](int t0) {  // round t0's indices and rows
 #pragma unroll
       for (int j = 0; j < EPG; ++j) {
-        if (valid[j]) {
-          a[j].load(src_row[j] + k);
-          b[j].load(dst_row[j] + k);
-          if constexpr (REL) r[j].load(rel_row[j] + k);
+        int64_t s, d, t;
+        group_edge<REL>(my_s, my_d, my_t, group_first_edge + t0 + (j < batch ? j : 0), s, d, t);
+        scored[j] = j < batch && valid_edge(s, d, t);
+        if (scored[j] && active) {
+          a[j].load(x_src + s * src_row_stride + k);
+          b[j].load(x_dst + d * dst_row_stride + k);
         }
       }
+    };
+    issue(0);
+    for (int t0 = 0; t0 < group_edges; t0 += batch) {  // warp-uniform
+      acc_t acc[EPG];
+      bool round_scored[EPG];
 #pragma unroll
       for (int j = 0; j < EPG; ++j) {
-        if (valid[j]) {
+        acc[j] = acc_t(0);
+        round_scored[j] = scored[j];
+        if (scored[j] && active) add_products<REL>(acc[j], a[j], b[j], a[j]);
+      }
+      if (t0 + batch < group_edges) issue(t0 + batch);
+      keep_own_sum(acc, round_scored, batch, t0, lane, group_size, my_score);
+    }
+  } else {
+    for (int t0 = 0; t0 < group_edges; t0 += batch) {
+      const scalar_t* src_row[EPG];
+      const scalar_t* dst_row[EPG];
+      const scalar_t* rel_row[REL ? EPG : 1];
+      bool scored[EPG];
+      acc_t acc[EPG];
 #pragma unroll
-          for (int i = 0; i < VEC; ++i) {
-            if constexpr (REL) {
-              acc[j] += a[j].get(i) * r[j].get(i) * b[j].get(i);
-            } else {
-              acc[j] += a[j].get(i) * b[j].get(i);
-            }
+      for (int j = 0; j < EPG; ++j) {
+        int64_t s, d, t;
+        group_edge<REL>(my_s, my_d, my_t, group_first_edge + t0 + (j < batch ? j : 0), s, d, t);
+        scored[j] = j < batch && valid_edge(s, d, t);
+        src_row[j] = x_src + (scored[j] ? s : 0) * src_row_stride;
+        dst_row[j] = x_dst + (scored[j] ? d : 0) * dst_row_stride;
+        if constexpr (REL) rel_row[j] = rel + (scored[j] ? t : 0) * rel_row_stride;
+        acc[j] = acc_t(0);
+      }
+      for (int64_t k = static_cast<int64_t>(lane) * VEC; k < feat_dim;
+           k += static_cast<int64_t>(group_size) * VEC) {
+        Packed<scalar_t, VEC> a[EPG], b[EPG], r[REL ? EPG : 1];
+#pragma unroll
+        for (int j = 0; j < EPG; ++j) {
+          if (scored[j]) {
+            a[j].load(src_row[j] + k);
+            b[j].load(dst_row[j] + k);
+            if constexpr (REL) r[j].load(rel_row[j] + k);
           }
         }
-      }
-    }
 #pragma unroll
-    for (int j = 0; j < EPG; ++j) {
-      for (int offset = group_size / 2; offset > 0; offset /= 2) {
-        acc[j] += __shfl_xor_sync(0xffffffffu, acc[j], offset);
+        for (int j = 0; j < EPG; ++j) {
+          if (scored[j]) add_products<REL>(acc[j], a[j], b[j], r[REL ? j : 0]);
+        }
       }
-      if (j < batch && lane == t0 + j && valid[j]) my_score = acc[j];
+      keep_own_sum(acc, scored, batch, t0, lane, group_size, my_score);
     }
   }
   return my_score;
