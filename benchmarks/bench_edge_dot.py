@@ -69,8 +69,8 @@ compile its kernels once per machine); what was skipped is listed. Examples::
     python benchmarks/bench_edge_dot.py --quick               # tiny sizes, a smoke test
     python benchmarks/bench_edge_dot.py --sections host       # the host-overhead table only
     python benchmarks/bench_edge_dot.py --floors              # the floor table for NOTES.md
-    python benchmarks/bench_edge_dot.py --from-json benchmarks/results/h200.json
-    python benchmarks/bench_edge_dot.py --from-json benchmarks/results/h200.json --markdown
+    python benchmarks/bench_edge_dot.py --from-json benchmarks/results/h100.json
+    python benchmarks/bench_edge_dot.py --from-json benchmarks/results/h100.json --markdown
                                                               # README's Performance tables
 """
 import argparse
