@@ -5,8 +5,8 @@ import torch
 from pyg_edgedot import EdgeDotScore, edge_dot
 from pyg_edgedot.ops import edge_dot_rel as edge_dot_rel_ops
 from _helpers import (DEVICES, FLOAT_DTYPES, INDEX_DTYPES, SHAPE_IDS, SHAPES, _f64,
-                      assert_close, dtype_id, randint, randn, random_edge_index,
-                      run_backward, scores_bitwise_alike)
+                      assert_close, cuda_kernel_on_cuda, dtype_id, randint, randn,
+                      random_edge_index, run_backward, scores_bitwise_alike)
 
 
 def ref_rel(x_src, x_dst, rel, edge_index, edge_type):
@@ -46,6 +46,30 @@ def test_rel_forward_backward(shape, dtype, index_dtype, device, gen):
     for name, x, ref in zip(("x_src", "x_dst", "rel"), (x_src, x_dst, rel), refs):
         assert x.grad is not None and x.grad.dtype == dtype
         assert_close(x.grad, ref, dtype, f"grad {name}")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=dtype_id)
+@pytest.mark.parametrize("feat_dim", [8, 32, 128, 256, 515])
+@pytest.mark.parametrize("num_edges", [300, 20000])
+def test_rel_of_ones_scores_plain_bits(num_edges, feat_dim, dtype, device, gen):
+    # A relation row of ones multiplies each product by 1 (exact), so DistMult's forward, which
+    # keeps the loop form with every product in flight, gives the plain forward's bits. On
+    # CUDA that checks the plain forward's other forms against it: the small-E kernel (300
+    # edges) and the pipelined rounds where one pass covers a row (D <= 128 fp32, <= 256
+    # 16-bit); on the CPU, the plain and DistMult loops adding in one order.
+    if device == "cuda" and not cuda_kernel_on_cuda("edge_dot"):
+        pytest.skip("the claim is the compiled CUDA kernels'")
+    if not scores_bitwise_alike("edge_dot", device):
+        pytest.skip("the fallback on CUDA sums with torch's reductions")
+    x_src = randn(gen, 70, feat_dim, dtype=dtype, device=device)
+    x_dst = randn(gen, 90, feat_dim, dtype=dtype, device=device)
+    ei = random_edge_index(gen, 70, 90, num_edges, torch.int64, device)
+    ones = torch.ones(1, feat_dim, dtype=dtype, device=device)
+    plain = edge_dot(x_src, x_dst, ei)
+    rel = edge_dot(x_src, x_dst, ei, ones, torch.zeros(num_edges, dtype=torch.long,
+                                                       device=device))
+    assert torch.equal(plain, rel)
 
 
 @pytest.mark.parametrize("device", DEVICES)
