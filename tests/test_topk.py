@@ -8,11 +8,10 @@ import warnings
 import pytest
 import torch
 
-import pyg_edgedot
 from pyg_edgedot import topk_dst
 from pyg_edgedot.ops import _chunked, topk as topk_mod
-from _helpers import (DEVICES, FLOAT_DTYPES, INDEX_DTYPES, LOW_PRECISION, TOL, dtype_id, randn,
-                      script_result)
+from _helpers import (DEVICES, FLOAT_DTYPES, INDEX_DTYPES, LOW_PRECISION, TOL, cpp_kernel_on_cpu,
+                      dtype_id, randn, script_result)
 
 BACKENDS = ["op", "fallback"]
 OP = torch.ops.pyg_edgedot.topk_dst.default
@@ -327,11 +326,12 @@ torch.save([pyg_edgedot.topk_dst(x_src, x_dst, k, exclude=exclude) for k in (1, 
 """
 
 
-@pytest.mark.skipif(pyg_edgedot.backends()["cpu"] != "cpp", reason="needs the C++ CPU kernel")
 def test_cpu_scan_without_avx2_gives_the_same_topk(tmp_path):
     """The C++ kernel's float32 scan compares sixteen scores at a time with AVX2 where the CPU
     has it, unless PYG_EDGEDOT_CPU_AVX2=0 (as the scoring loops): both find the same top k
     (on a CPU without AVX2 both runs take the baseline scan)."""
+    if not cpp_kernel_on_cpu(topk_mod.NAME):
+        pytest.skip("needs the C++ CPU kernel")
     results = [script_result(_SCAN_SCRIPT, tmp_path / f"avx2_{avx2}.pt",
                              {"PYG_EDGEDOT_CPU_AVX2": avx2}) for avx2 in ("1", "0")]
     for (s1, i1), (s0, i0) in zip(*results):
