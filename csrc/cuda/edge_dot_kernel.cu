@@ -205,10 +205,7 @@ __global__ void __launch_bounds__(kThreads, kForwardBlocksPerSm) edge_dot_fwd_sm
   for (int u = 0; u < U; ++u) {
     acc[u] = acc_t(0);
     const int64_t k = static_cast<int64_t>(lane + u * lanes) * VEC;
-    if (valid && k < feat_dim) {
-#pragma unroll
-      for (int i = 0; i < VEC; ++i) acc[u] += a[u].get(i) * b[u].get(i);
-    }
+    if (valid && k < feat_dim) add_products<false>(acc[u], a[u], b[u], a[u]);
   }
   // edge_dot_fwd_kernel's butterfly steps at offsets G / 2 and G / 4, within the lane.
 #pragma unroll
