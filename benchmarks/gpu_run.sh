@@ -10,7 +10,9 @@
 # Steps (each of tests, triton, fallback and bench takes most of a device call's 10 minutes
 # with a cold build, so give it a call of its own):
 #   tests      the full suite with the CUDA extension (TESTS_ARGS: extra pytest arguments,
-#              e.g. TESTS_ARGS='-k "cuda or triton"' for the CUDA cases alone)
+#              e.g. TESTS_ARGS='-k "cuda or triton"' for the CUDA cases alone; TESTS_AFTER:
+#              the pytest.log of earlier runs that the call's limit cut, space-separated, to
+#              run only the ids they did not pass or skip; rename $OUT/pytest.log first)
 #   triton     the CUDA and Triton tests with nvcc hidden, so CUDA tensors take the Triton path
 #              (TRITON_ARGS: the pytest arguments instead of -k "cuda or triton" tests)
 #   fallback   the full suite with PYG_EDGEDOT_FORCE_FALLBACK=1 (pure PyTorch, no build)
@@ -74,7 +76,26 @@ for step in "$@"; do
   echo "=== $step"
   case "$step" in
     tests)
-      eval "pytest_all tests ${TESTS_ARGS:-}" | tee "$OUT/pytest.log" \
+      targets=tests
+      if [ -n "${TESTS_AFTER:-}" ]; then  # the ids that earlier cut runs' logs did not finish
+        python3 - $TESTS_AFTER > /tmp/tests_rest.txt <<'PY'
+import re, subprocess, sys
+ended = set()
+for log in sys.argv[1:]:
+    for line in open(log):
+        m = re.search(r"\b(PASSED|SKIPPED|FAILED|ERROR|XFAIL|XPASS) (tests/\S.*?)\s*$", line)
+        if m and m.group(1) in ("PASSED", "SKIPPED", "XFAIL", "XPASS"):
+            ended.add(m.group(2))
+out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q",
+                      "-p", "no:cacheprovider", "tests"], capture_output=True, text=True).stdout
+rest = [i for i in (line.strip() for line in out.splitlines()) if "::" in i and i not in ended]
+print(*rest, sep="\n")
+print(f"{len(rest)} test ids left after {len(ended)} finished in {' '.join(sys.argv[1:])}",
+      file=sys.stderr)
+PY
+        targets=@/tmp/tests_rest.txt
+      fi
+      eval "pytest_all $targets ${TESTS_ARGS:-}" | tee "$OUT/pytest.log" \
         | grep -E "FAILED|ERROR| passed| failed" | tail -25 ;;
     triton)
       # nvcc hidden (CUDA_HOME pointing nowhere, a build cache of its own): the report must
