@@ -502,22 +502,22 @@ __device__ __forceinline__ int warp_inclusive_sum(int v, int lane) {
 // Calls f(j, row, offset, owned) for the lane's edge of each window j of 32 edges in
 // [w_begin, w_end), in order (warp-uniformly: every lane, every window), where row is its
 // scatter row (-1 past E), offset = row - first_row as unsigned and owned = offset < owned_u.
-// The scatter rows of kSmallCountBatch windows load together.
-template <typename scalar_t, typename index_t, typename F>
+// The scatter rows of BATCH windows load together.
+template <int BATCH, typename scalar_t, typename index_t, typename F>
 __device__ __forceinline__ void for_each_window_edge(const SmallSide<scalar_t, index_t>& side,
                                                      int w_begin, int w_end, int64_t num_edges,
                                                      int lane, uint64_t first_u,
                                                      uint64_t owned_u, F&& f) {
-  for (int j0 = w_begin; j0 < w_end; j0 += kSmallCountBatch) {  // warp-uniform
-    int64_t row[kSmallCountBatch];
+  for (int j0 = w_begin; j0 < w_end; j0 += BATCH) {  // warp-uniform
+    int64_t row[BATCH];
 #pragma unroll
-    for (int b = 0; b < kSmallCountBatch; ++b) {
+    for (int b = 0; b < BATCH; ++b) {
       const int64_t e = static_cast<int64_t>(j0 + b) * kWarp + lane;
       row[b] = j0 + b < w_end && e < num_edges
                    ? static_cast<int64_t>(side.scatter_index[e * side.scatter_stride]) : -1;
     }
 #pragma unroll
-    for (int b = 0; b < kSmallCountBatch; ++b) {
+    for (int b = 0; b < BATCH; ++b) {
       const uint64_t offset = static_cast<uint64_t>(row[b]) - first_u;
       f(j0 + b, row[b], offset, offset < owned_u);
     }
@@ -601,8 +601,9 @@ __device__ __forceinline__ void plan_small_rows(const SmallSide<scalar_t, index_
   // lists.slice_rank until the scan has the row's start.
   uint64_t my_windows = 0;  // bit j - w_begin: the lane's edge of window j is owned
   int before = 0;
-  for_each_window_edge(side, w_begin, w_end, num_edges, lane, first_u, owned_u,
-                       [&](int j, int64_t row, uint64_t offset, bool owned) {
+  for_each_window_edge<kSmallCountBatch>(side, w_begin, w_end, num_edges, lane, first_u,
+                                         owned_u,
+                                         [&](int j, int64_t row, uint64_t offset, bool owned) {
     before += static_cast<uint64_t>(row) < first_u;
     if (__ballot_sync(kFull, owned) == 0u) return;  // warp-uniform
     const int key = owned ? static_cast<int>(offset) : -1;
@@ -874,6 +875,13 @@ constexpr int64_t kFusedMaxEdges = int64_t{1} << 15;
 constexpr int kFusedThreads = 512;
 constexpr int kFusedWarps = kFusedThreads / kWarp;
 constexpr int kFusedMaxRows = kWarp;  // the block scan's lanes are its rows
+// Windows of 32 scatter indices in flight per warp in the compaction (W1: a warp's 32 windows
+// in two round trips). Every block reads all E indices of its side, and the compaction is
+// about a third of the kernel at W1; 16 against 8: forward + backward 1-3% faster on the H100
+// (benchmarks/NOTES.md), at the same 128 registers without spills. With VEC = 1 ptxas (sm_90)
+// gives 16 windows 64 registers and spills, so that path keeps 8.
+template <int VEC>
+constexpr int kFusedCountBatch = VEC > 1 ? 16 : kSmallCountBatch;
 constexpr int kFusedNone = 0xff;
 // A long row has more than piece_edges >= 2048 edges and fewer than 2 * degree / piece_edges
 // pieces, so a block's pieces number fewer than 2 * 2^15 / 2048.
@@ -936,8 +944,9 @@ __device__ __forceinline__ void fused_small_rows(const SmallSide<scalar_t, index
 
   // 1. Compact, and count each row's edges in the slice (shared atomics: counts only).
   int kept = 0;  // warp-uniform
-  for_each_window_edge(side, w_begin, w_end, num_edges, lane, first_u, owned_u,
-                       [&](int j, int64_t, uint64_t offset, bool owned) {
+  for_each_window_edge<kFusedCountBatch<VEC>>(side, w_begin, w_end, num_edges, lane, first_u,
+                                         owned_u,
+                                         [&](int j, int64_t, uint64_t offset, bool owned) {
     const unsigned mask = __ballot_sync(kFull, owned);
     if (owned) {
       const int pos = segment + kept + __popc(mask & lanes_below);
