@@ -944,9 +944,9 @@ __device__ __forceinline__ void fused_small_rows(const SmallSide<scalar_t, index
 
   // 1. Compact, and count each row's edges in the slice (shared atomics: counts only).
   int kept = 0;  // warp-uniform
-  for_each_window_edge<kFusedCountBatch<VEC>>(side, w_begin, w_end, num_edges, lane, first_u,
-                                         owned_u,
-                                         [&](int j, int64_t, uint64_t offset, bool owned) {
+  for_each_window_edge<kFusedCountBatch<VEC>>(side, w_begin, w_end, num_edges, lane,
+                                              first_u, owned_u,
+                                              [&](int j, int64_t, uint64_t offset, bool owned) {
     const unsigned mask = __ballot_sync(kFull, owned);
     if (owned) {
       const int pos = segment + kept + __popc(mask & lanes_below);
