@@ -22,7 +22,9 @@
 #              -> memcheck.log (run it in this script: outside it, the build lands in another
 #              cache, and building under the sanitizer takes the whole call); MEMCHECK_TIMEOUT
 #              (default 400 s) bounds it
-#   bench      benchmarks/bench_edge_dot.py -> <gpu>.{json,log,png} (README "Performance")
+#   bench      benchmarks/bench_edge_dot.py -> <gpu>.{json,log,png} (README "Performance");
+#              BENCH_ARGS adds arguments (e.g. BENCH_ARGS='--workloads W1': the host-overhead
+#              table and W1's rows alone)
 #   hostw1     the host-overhead table alone (W1) -> <gpu>_host_w1.{json,log,png}
 #   sampling   the sampler's CUDA tests first (the CUDA kernel's draws equal the C++ kernel's,
 #              bit for bit, and every guarantee on CUDA tensors) -> pytest_sampling.log, then
@@ -125,7 +127,7 @@ PY
     bench)
       # The host-overhead table at W1, then W1-W7 x {random, sorted} x every peer + the giant.
       python3 benchmarks/bench_edge_dot.py --out "$OUT/${GPU}.json" --plot "$OUT/${GPU}.png" \
-        2>&1 | tee "$OUT/${GPU}.log" | tail -60 ;;
+        ${BENCH_ARGS:-} 2>&1 | tee "$OUT/${GPU}.log" | tail -60 ;;
     hostw1)
       python3 benchmarks/bench_edge_dot.py --sections host --out "$OUT/${GPU}_host_w1.json" 2>&1 \
         | tee "$OUT/${GPU}_host_w1.log" | tail -12 ;;
