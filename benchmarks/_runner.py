@@ -10,8 +10,8 @@ import torch
 
 from _peers import Method
 from _report import format_table, write_json
-from _timing import (Bench, Options, OutOfMemoryError, failure, is_oom, measure,
-                     short_error)
+from _timing import (Bench, Options, OutOfMemoryError, failure, format_profile, is_oom,
+                     measure, profile_once, short_error)
 from _workloads import (GB, MB, Case, GiantSpec, Reference, Workload, edge_reference, floors,
                         make_inputs, normalised_error, sort_by_source, sparse_csr, tolerance)
 
@@ -55,6 +55,9 @@ def run_phase(bench: Bench, case: Case, method: Method, phase: str, ref: Referen
         err = checked["err"]
         rec["check"] = {"max_err": err if math.isfinite(err) else None, "tol": ref.tol,
                         "ok": bool(err <= ref.tol)}
+        if opts.profile:
+            with method.context():
+                rec["profile"] = profile_once(call, bench.device, top=20, before=before)
     except Exception as err:  # noqa: BLE001 -- one failing method must not stop the run
         failed = True
         rec = failure(err)
@@ -63,6 +66,8 @@ def run_phase(bench: Bench, case: Case, method: Method, phase: str, ref: Referen
         case.clear_grads()
     bench.free(collect=failed)  # after the except block: no traceback holds tensors now
     log(_phase_line(case, method, phase, rec))
+    if "profile" in rec:
+        log(format_profile(f"{case.wl.name}/{case.order} {method.key} {phase}", rec["profile"]))
     return rec
 
 

@@ -252,6 +252,7 @@ class Options:
     target_s: float = 0.4
     slow_call_s: float = 0.25   # after a warm-up call slower than this, no more warm-ups
     inject_oom: Optional[str] = None
+    profile: bool = False       # bench_edge_dot --profile: one more call under torch.profiler
 
 
 def measure(bench: Bench, call: Callable[[], Any], before: Callable[[], None], opts: Options,
@@ -283,3 +284,49 @@ def measure(bench: Bench, call: Callable[[], Any], before: Callable[[], None], o
     return {"status": "ok", "ms": statistics.median(times), "min_ms": min(times),
             "max_ms": max(times), "reps": reps, "warmups": 1 + len(warm),
             "first_call_s": first, "peak_extra_bytes": peak}
+
+
+# CUDA runtime calls that block the host until the device catches up
+_WAITS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaMemcpy", "cudaEventSynchronize")
+
+
+def profile_once(fn: Callable[[], Any], device: torch.device, top: int = 12,
+                 before: Optional[Callable[[], None]] = None) -> Dict[str, Any]:
+    """One call of fn under torch.profiler (after a warm-up; ``before()`` ahead of each call,
+    outside the profile): the rows that take the time (device time by kernel on CUDA, self
+    CPU time by op on the CPU) and the blocking calls."""
+    from torch.profiler import ProfilerActivity, profile
+    if before is not None:
+        before()
+    fn()  # the warm-up
+    if before is not None:
+        before()
+    cuda = device.type == "cuda"
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    if cuda:
+        torch.cuda.synchronize()
+    with profile(activities=activities) as prof:
+        fn()
+        if cuda:
+            torch.cuda.synchronize()
+    events = prof.key_averages()
+    if cuda:
+        rows = [e for e in events if e.device_time_total > 0 and e.device_type.name == "CUDA"]
+        rows.sort(key=lambda e: -e.device_time_total)
+        timed = [{"name": e.key, "count": e.count, "us": e.device_time_total} for e in rows]
+    else:
+        rows = sorted(events, key=lambda e: -e.self_cpu_time_total)
+        timed = [{"name": e.key, "count": e.count, "us": e.self_cpu_time_total} for e in rows
+                 if e.self_cpu_time_total > 0]
+    waits = [{"name": e.key, "count": e.count, "us": e.cpu_time_total} for e in events
+             if e.key.startswith(_WAITS)]
+    return {"unit": "kernels" if cuda else "ops", "total_us": sum(r["us"] for r in timed),
+            "calls": sum(r["count"] for r in timed), "rows": timed[:top], "waits": waits}
+
+
+def format_profile(label: str, prof: Dict[str, Any]) -> str:
+    """profile_once's result as lines: the total, the waits, then a row per kernel or op."""
+    lines = [f"  profile of {label}: {prof['total_us']:,.0f} us in {prof['calls']} {prof['unit']}; "
+             + (", ".join(f"{w['name']} x{w['count']}" for w in prof["waits"]) or "no waits")]
+    lines += [f"    {r['us']:10.1f} us {r['count']:5d}x  {r['name'][:90]}" for r in prof["rows"]]
+    return "\n".join(lines)

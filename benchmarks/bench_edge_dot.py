@@ -57,6 +57,9 @@ Conventions (also written into the JSON and the table header):
   to a device-to-device copy bandwidth measured once at the start (read + write bytes).
 * Every method's output (and gradients) is checked on sampled edges (rows) against a float64
   reference, outside the timed region.
+* ``--profile``: after each measurement, one more call (warmed up, after the cache flush)
+  under torch.profiler: the kernels by device time (ops by self CPU time on the CPU), in the
+  log and with the result (JSON key "profile"): where a phase's time goes, kernel by kernel.
 
 Outputs: a table on stdout, a JSON (written after every workload, so a killed run leaves its
 results) and a PNG of speed-ups over eager. On CUDA, no new workload starts after
@@ -121,6 +124,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--warmups", type=int, default=3)
     p.add_argument("--quick", action="store_true", help="tiny sizes: a smoke test")
     p.add_argument("--skip-giant", action="store_true")
+    p.add_argument("--profile", action="store_true",
+                   help="after each measurement, one more call under torch.profiler: device "
+                        "time by kernel (CUDA; self CPU time by op on the CPU), printed and "
+                        "saved with the result (JSON key \"profile\")")
     p.add_argument("--time-budget", type=float, default=None,
                    help="seconds after which no new workload starts (default: 420 on cuda, "
                         "none on cpu; negative: none)")
@@ -196,6 +203,7 @@ def main(argv=None) -> int:
         flush_bytes, copy_bytes = 32 << 20, 256 << 20
         opts = Options(warmups=args.warmups, reps=args.reps, max_reps=20, target_s=0.5)
     opts.inject_oom = args.inject_oom
+    opts.profile = args.profile
     # each repetition queued behind a 2 ms GPU sleep: W1's calls take 0.05-0.8 ms of host time
     bench = Bench(device, flush_bytes, queue_us=0.0 if args.quick else 2000.0)
     info = device_info(device)
@@ -210,6 +218,7 @@ def main(argv=None) -> int:
         "settings": {"sections": sections, "workloads": names, "methods": method_keys, "orders": orders,
                      "warmups": opts.warmups, "reps": opts.reps, "min_reps": opts.min_reps,
                      "max_reps": opts.max_reps, "target_s_per_measurement": opts.target_s,
+                     "profile": opts.profile,
                      "flush_bytes": flush_bytes, "queue_us": bench.queue_us,
                      "clock": "CUDA events" if bench.is_cuda else "time.perf_counter",
                      "memory_kind": bench.memory_kind,

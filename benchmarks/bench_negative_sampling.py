@@ -25,7 +25,9 @@ import json
 import os
 import platform
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import torch
 
@@ -35,6 +37,9 @@ from torch_geometric.utils import negative_sampling as pyg_negative_sampling
 from pyg_edgedot import _backend
 from pyg_edgedot.ops import negative_sampling as ns_mod
 from pyg_edgedot.ops.negative_sampling import NegativeSampler, negative_sampling
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _timing import format_profile, profile_once  # noqa: E402
 
 GRAPHS = [("cora", 2_708, 10_556), ("100k_2m", 100_000, 2_000_000),
           ("1m_20m", 1_000_000, 20_000_000)]
@@ -103,45 +108,6 @@ def timed_in_turn(methods, reps, device):
                 ms, last[name] = time_once(fn, device)
                 times[name].append(ms)
     return {name: (times[name], last[name]) for name in methods}
-
-
-# CUDA runtime calls that block the host until the device catches up
-_WAITS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaMemcpy", "cudaEventSynchronize")
-
-
-def profile_once(fn, device, top=12):
-    """One call of fn under torch.profiler (after a warm-up): the rows that take the time
-    (device time by kernel on CUDA, self CPU time by op on the CPU) and the blocking calls."""
-    from torch.profiler import ProfilerActivity, profile
-    fn()
-    cuda = device.type == "cuda"
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
-    if cuda:
-        torch.cuda.synchronize()
-    with profile(activities=activities) as prof:
-        fn()
-        if cuda:
-            torch.cuda.synchronize()
-    events = prof.key_averages()
-    if cuda:
-        rows = [e for e in events if e.device_time_total > 0 and e.device_type.name == "CUDA"]
-        rows.sort(key=lambda e: -e.device_time_total)
-        timed = [{"name": e.key, "count": e.count, "us": e.device_time_total} for e in rows]
-    else:
-        rows = sorted(events, key=lambda e: -e.self_cpu_time_total)
-        timed = [{"name": e.key, "count": e.count, "us": e.self_cpu_time_total} for e in rows
-                 if e.self_cpu_time_total > 0]
-    waits = [{"name": e.key, "count": e.count, "us": e.cpu_time_total} for e in events
-             if e.key.startswith(_WAITS)]
-    return {"unit": "kernels" if cuda else "ops", "total_us": sum(r["us"] for r in timed),
-            "calls": sum(r["count"] for r in timed), "rows": timed[:top], "waits": waits}
-
-
-def print_profile(label, prof):
-    print(f"  profile of {label}: {prof['total_us']:,.0f} us in {prof['calls']} {prof['unit']}; "
-          + (", ".join(f"{w['name']} x{w['count']}" for w in prof["waits"]) or "no waits"))
-    for r in prof["rows"]:
-        print(f"    {r['us']:10.1f} us {r['count']:5d}x  {r['name'][:90]}")
 
 
 def main():
@@ -229,7 +195,7 @@ def main():
                               ("sample_replace", lambda: sampler.sample(num, replace=True)),
                               ("build", lambda: NegativeSampler(edge_index, num_nodes))):
                 row["profile"][label] = profile_once(fn, device)
-                print_profile(label, row["profile"][label])
+                print(format_profile(label, row["profile"][label]))
     results["loadavg_end"] = list(os.getloadavg())
     print(f"\nloadavg at end: {results['loadavg_end']}")
     if args.out:

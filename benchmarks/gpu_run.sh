@@ -23,8 +23,9 @@
 #              cache, and building under the sanitizer takes the whole call); MEMCHECK_TIMEOUT
 #              (default 400 s) bounds it
 #   bench      benchmarks/bench_edge_dot.py -> <gpu>.{json,log,png} (README "Performance");
-#              BENCH_ARGS adds arguments (e.g. BENCH_ARGS='--workloads W1': the host-overhead
-#              table and W1's rows alone)
+#              BENCH_ARGS adds arguments (e.g. '--workloads W1': the host-overhead table
+#              and W1's rows alone; '--workloads W3 --orders random --methods pyg_edgedot
+#              --sections peers --profile': W3's time by kernel)
 #   hostw1     the host-overhead table alone (W1) -> <gpu>_host_w1.{json,log,png}
 #   sampling   the sampler's CUDA tests first (the CUDA kernel's draws equal the C++ kernel's,
 #              bit for bit, and every guarantee on CUDA tensors) -> pytest_sampling.log, then

@@ -247,6 +247,31 @@ def test_host_section_alone(tmp_path, capsys):
     assert "pyg_edgedot validate=False" in stdout and "xE fwd" not in stdout
 
 
+def test_profile_adds_each_phase_breakdown(tmp_path, capsys):
+    out = tmp_path / "profile.json"
+    stdout = run_main(capsys, "--device", "cpu", "--quick", "--workloads", "Q1", "--orders",
+                      "random", "--sections", "peers", "--methods", "pyg_edgedot,eager",
+                      "--profile", "--out", str(out))
+    doc = json.loads(out.read_text())
+    assert doc["settings"]["profile"] is True
+    [result] = doc["results"]
+    for rec in result["methods"]:
+        for phase in ("fwd", "fwdbwd"):
+            prof = rec[phase]["profile"]
+            assert prof["unit"] == "ops" and prof["calls"] >= len(prof["rows"]) > 0
+            assert prof["total_us"] >= sum(r["us"] for r in prof["rows"]) > 0
+            assert f"profile of Q1/random {rec['method']} {phase}:" in stdout
+    eager_ops = {r["name"] for r in result["methods"][1]["fwdbwd"]["profile"]["rows"]}
+    assert "aten::mul" in eager_ops  # the eager expression's own op
+
+
+def test_no_profile_without_the_flag(quick_run):
+    doc, _, _ = quick_run
+    assert doc["settings"]["profile"] is False
+    assert not any("profile" in rec.get(phase, {}) for result in doc["results"]
+                   for rec in result["methods"] for phase in ("fwd", "fwdbwd"))
+
+
 def test_floors_table():
     proc = run_script("--floors")
     assert "| W3 |" in proc.stdout and "| W7 |" in proc.stdout
