@@ -56,8 +56,11 @@ def run_phase(bench: Bench, case: Case, method: Method, phase: str, ref: Referen
         rec["check"] = {"max_err": err if math.isfinite(err) else None, "tol": ref.tol,
                         "ok": bool(err <= ref.tol)}
         if opts.profile:
-            with method.context():
-                rec["profile"] = profile_once(call, bench.device, top=20, before=before)
+            try:
+                with method.context():
+                    rec["profile"] = profile_once(call, bench.device, top=20, before=before)
+            except Exception as perr:  # noqa: BLE001 -- the profile must not cost the timing
+                rec["profile_error"] = short_error(perr)
     except Exception as err:  # noqa: BLE001 -- one failing method must not stop the run
         failed = True
         rec = failure(err)

@@ -265,6 +265,21 @@ def test_profile_adds_each_phase_breakdown(tmp_path, capsys):
     assert "aten::mul" in eager_ops  # the eager expression's own op
 
 
+def test_a_failed_profile_keeps_the_timing(tmp_path, capsys, monkeypatch):
+    def broken_profiler(*args, **kwargs):
+        raise RuntimeError("profiler unavailable")
+
+    monkeypatch.setattr(_runner, "profile_once", broken_profiler)
+    out = tmp_path / "profile.json"
+    run_main(capsys, "--device", "cpu", "--quick", "--workloads", "Q1", "--orders", "random",
+             "--sections", "peers", "--methods", "eager", "--profile", "--out", str(out))
+    [rec] = json.loads(out.read_text())["results"][0]["methods"]
+    for phase in ("fwd", "fwdbwd"):
+        assert rec[phase]["status"] == "ok" and rec[phase]["ms"] > 0
+        assert "profile" not in rec[phase]
+        assert rec[phase]["profile_error"] == "RuntimeError: profiler unavailable"
+
+
 def test_no_profile_without_the_flag(quick_run):
     doc, _, _ = quick_run
     assert doc["settings"]["profile"] is False
