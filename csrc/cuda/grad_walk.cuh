@@ -344,26 +344,31 @@ __device__ __forceinline__ void sum_pieces(const acc_t* __restrict__ partial, in
   }
 }
 
-// One group per long row: its pieces' partial sums, added in piece order, written once.
+// The long rows' gradients: a warp reads the degrees of 32 consecutive rows at once (most
+// rows are short and end there), then sums each long row among them, its lanes over the
+// columns: the row's pieces' partial sums added in piece order from zero (sum_pieces), written
+// once. Which lane takes a column does not change its sum.
 template <typename scalar_t, typename key_t, int VEC>
 __global__ void __launch_bounds__(kThreads) edge_dot_grad_finish_kernel(
     const at::opmath_type<scalar_t>* __restrict__ partial,  // [max_pieces, D]
     const key_t* __restrict__ rowptr, const int64_t* __restrict__ piece_end,
-    scalar_t* __restrict__ out, int64_t num_rows, int64_t feat_dim, int group_size,
-    int64_t piece_edges) {
+    scalar_t* __restrict__ out, int64_t num_rows, int64_t feat_dim, int64_t piece_edges) {
   using acc_t = at::opmath_type<scalar_t>;
-  const auto [group, num_groups, lane] = group_of_thread(group_size);
-
-  for (int64_t row = group; row < num_rows; row += num_groups) {
-    const int64_t degree =
-        static_cast<int64_t>(rowptr[row + 1]) - static_cast<int64_t>(rowptr[row]);
-    if (degree <= piece_edges) continue;
-    const int64_t first = row == 0 ? 0 : piece_end[row - 1], last = piece_end[row];
-    for (int64_t k = static_cast<int64_t>(lane) * VEC; k < feat_dim;
-         k += static_cast<int64_t>(group_size) * VEC) {
-      acc_t acc[VEC];
-      sum_pieces<VEC>(partial, first, last, feat_dim, k, acc);
-      store_vec<VEC>(out + row * feat_dim + k, acc);
+  const auto [warp, num_warps, lane] = group_of_thread(kWarp);
+  for (int64_t first_row = warp * kWarp; first_row < num_rows; first_row += num_warps * kWarp) {
+    const int64_t mine = first_row + lane;
+    const bool long_row =
+        mine < num_rows &&
+        static_cast<int64_t>(rowptr[mine + 1]) - static_cast<int64_t>(rowptr[mine]) > piece_edges;
+    for (unsigned rows = __ballot_sync(0xffffffffu, long_row); rows != 0; rows &= rows - 1) {
+      const int64_t row = first_row + __ffs(rows) - 1;
+      const int64_t first = row == 0 ? 0 : piece_end[row - 1], last = piece_end[row];
+      for (int64_t k = static_cast<int64_t>(lane) * VEC; k < feat_dim;
+           k += static_cast<int64_t>(kWarp) * VEC) {
+        acc_t acc[VEC];
+        sum_pieces<VEC>(partial, first, last, feat_dim, k, acc);
+        store_vec<VEC>(out + row * feat_dim + k, acc);
+      }
     }
   }
 }
@@ -544,11 +549,11 @@ void launch_long_rows(const SortedEdges<key_t, Payload>& sorted, const GatherRow
           piece_end.const_data_ptr<int64_t>(), partial.mutable_data_ptr<acc_t>(), num_rows,
           plan.max_pieces, feat_dim, plan.group, plan.piece_edges);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
-  const int64_t rows_grid = grid_for((num_rows + plan.rows_per_warp - 1) / plan.rows_per_warp);
-  edge_dot_grad_finish_kernel<scalar_t, key_t, VEC><<<rows_grid, kThreads, 0, stream>>>(
-      partial.const_data_ptr<acc_t>(), rowptr.const_data_ptr<key_t>(),
-      piece_end.const_data_ptr<int64_t>(), out.mutable_data_ptr<scalar_t>(), num_rows,
-      feat_dim, plan.group, plan.piece_edges);
+  edge_dot_grad_finish_kernel<scalar_t, key_t, VEC>
+      <<<grid_for((num_rows + kWarp - 1) / kWarp), kThreads, 0, stream>>>(
+          partial.const_data_ptr<acc_t>(), rowptr.const_data_ptr<key_t>(),
+          piece_end.const_data_ptr<int64_t>(), out.mutable_data_ptr<scalar_t>(), num_rows,
+          feat_dim, plan.piece_edges);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
