@@ -78,7 +78,8 @@ def table_header(doc: Dict[str, Any]) -> str:
         f"(grads of x_src and x_dst). Times: median ms ({s['clock']}), after warm-up, "
         f"{s['flush_bytes'] / MB:.0f} MB cache flush before each rep"
         + (f", then a {s['queue_us'] / 1e3:g} ms GPU sleep (the host's launches stay out of "
-           f"the span)." if s.get("queue_us") else "."),
+           f"the span; a rep in which the GPU still reached the call before its last launch "
+           f"is dropped)." if s.get("queue_us") else "."),
         f"  xE = speed-up over PyG eager in the same order. Peak MB = extra memory during one "
         f"call: {s['memory_kind']}.",
         "  xOut = peak / output size (fwd) and peak / (output + gradients) (f+b). "

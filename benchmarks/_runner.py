@@ -74,6 +74,16 @@ def run_phase(bench: Bench, case: Case, method: Method, phase: str, ref: Referen
     return rec
 
 
+def _dropped(rec: Dict[str, Any]) -> str:
+    """How many repetitions were host-bound, and whether the median leaves them out."""
+    bound = rec.get("host_bound_reps", 0)
+    if not bound:
+        return ""
+    if rec.get("dropped_reps"):
+        return f" (+{rec['dropped_reps']} host-bound, dropped)"
+    return " (all host-bound: the span includes the GPU's waits for the host)"
+
+
 def _phase_line(case: Case, method: Method, phase: str, rec: Dict[str, Any]) -> str:
     head = f"{case.wl.name}/{case.order:<6} {method.key:<26} {phase:<6}"
     if rec["status"] != "ok":
@@ -83,7 +93,7 @@ def _phase_line(case: Case, method: Method, phase: str, rec: Dict[str, Any]) -> 
     peak = rec["peak_extra_bytes"]
     peak = "n/a" if peak is None else f"{peak / MB:,.1f} MB"
     return (f"{head} 1st call {rec['first_call_s']:.3f} s, {rec['warmups']} warm-up(s), "
-            f"{rec['reps']} reps: median {rec['ms']:.3f} ms, peak +{peak}, "
+            f"{rec['reps']} reps{_dropped(rec)}: median {rec['ms']:.3f} ms, peak +{peak}, "
             f"check {'ok' if chk['ok'] else 'FAIL'} ({err})")
 
 

@@ -174,7 +174,15 @@ class Bench:
 
     def time_reps(self, fn: Callable[[], Any], before: Callable[[], None],
                   reps: int) -> List[float]:
-        """Milliseconds of ``reps`` calls of ``fn``, each after ``before()`` (not timed).
+        """Milliseconds of ``reps`` calls of ``fn``, each after ``before()`` (not timed)."""
+        return self.time_reps_flagged(fn, before, reps)[0]
+
+    def time_reps_flagged(self, fn: Callable[[], Any], before: Callable[[], None],
+                          reps: int) -> Tuple[List[float], List[bool]]:
+        """``time_reps``' milliseconds, and for each repetition whether it was host-bound: on
+        CUDA, the GPU had reached the start event before the host queued the call's last
+        launch (the sleep did not cover the host's time, e.g. a stall of the shared host, or
+        a call that waits for the GPU), so the span may include the GPU's waits for launches.
 
         The cycle collector is off meanwhile (as in ``timeit``): with torch.compile loaded a
         full collection takes about a second and would land in some repetition.
@@ -189,7 +197,7 @@ class Bench:
 
     def _time_reps(self, fn, before, reps):
         if self.is_cuda:
-            pairs = []
+            pairs, late = [], []
             for _ in range(reps):
                 before()
                 if self.queue_us:
@@ -199,16 +207,17 @@ class Bench:
                 start.record()
                 fn()
                 end.record()
+                late.append(start.query())
                 pairs.append((start, end))
             self.sync()
-            return [s.elapsed_time(e) for s, e in pairs]
+            return [s.elapsed_time(e) for s, e in pairs], late
         times = []
         for _ in range(reps):
             before()
             start = time.perf_counter()
             fn()
             times.append((time.perf_counter() - start) * 1e3)
-        return times
+        return times, [False] * reps
 
     def peak_extra(self, fn: Callable[[], Any]) -> Tuple[Optional[int], float]:
         """Peak bytes allocated during ``fn()`` beyond what was allocated before it, and the
@@ -263,7 +272,8 @@ def measure(bench: Bench, call: Callable[[], Any], before: Callable[[], None], o
     Warm-up 1 takes the one-time costs (torch.compile compiles there) and is no estimate;
     warm-up 2 measures the peak extra memory, and ``after_peak()`` (outside ``context``, e.g. a
     check of that call's output) runs after it; more warm-ups follow unless the calls are slow
-    anyway; then ``opts.reps`` repetitions, or as many as take about ``opts.target_s``.
+    anyway; then ``opts.reps`` repetitions, or as many as take about ``opts.target_s``, of
+    which the median, min and max count the device-bound ones (``device_bound``).
     """
     with context():
         before()
@@ -280,10 +290,20 @@ def measure(bench: Bench, call: Callable[[], Any], before: Callable[[], None], o
         estimate = max(min(warm), 1e-6)
         reps = opts.reps or int(min(opts.max_reps, max(opts.min_reps,
                                                        math.ceil(opts.target_s / estimate))))
-        times = bench.time_reps(call, before, reps)
-    return {"status": "ok", "ms": statistics.median(times), "min_ms": min(times),
-            "max_ms": max(times), "reps": reps, "warmups": 1 + len(warm),
+        times, late = bench.time_reps_flagged(call, before, reps)
+    kept = device_bound(times, late, opts.min_reps)
+    return {"status": "ok", "ms": statistics.median(kept), "min_ms": min(kept),
+            "max_ms": max(kept), "reps": len(kept), "host_bound_reps": sum(late),
+            "dropped_reps": len(times) - len(kept), "warmups": 1 + len(warm),
             "first_call_s": first, "peak_extra_bytes": peak}
+
+
+def device_bound(times: List[float], late: List[bool], min_reps: int) -> List[float]:
+    """The repetitions whose span is the device's time: those that were not host-bound
+    (``Bench.time_reps_flagged``), where at least ``min_reps`` of them are; else all of them
+    (a call that waits for the GPU is host-bound every time: its span is what it costs)."""
+    kept = [t for t, bound in zip(times, late) if not bound]
+    return kept if len(kept) >= min_reps else list(times)
 
 
 # CUDA runtime calls that block the host until the device catches up

@@ -443,6 +443,44 @@ def test_cuda_branches_of_the_helpers(fake_cuda):
     assert _report.default_out_path("cpu", "cpu", quick=True).name.startswith("cpu_quick_")
 
 
+def test_host_bound_reps_are_dropped(fake_cuda, monkeypatch):
+    """A repetition in which the GPU reached the start event before the host's last launch
+    (here: the fake event says so for every other one, and those calls are the slow ones)
+    stays out of the median, min and max; where too few are left, all of them count."""
+    pattern = iter([False, True] * 4)
+    state = {"slow": False}
+
+    class Event(FakeEvent):
+        made = 0
+
+        def __init__(self, enable_timing: bool = False) -> None:
+            super().__init__(enable_timing)
+            Event.made += 1
+            if Event.made % 2:  # a repetition's start event: its call is slow and host-bound
+                state["slow"] = self.bound = next(pattern)
+
+        def query(self) -> bool:
+            return self.bound
+
+    monkeypatch.setattr(torch.cuda, "Event", Event)
+    b = _timing.Bench(torch.device("cuda"), flush_bytes=0)
+
+    def call():
+        time.sleep(0.02 if state["slow"] else 0.001)
+
+    rec = _timing.measure(b, call, lambda: None, _timing.Options(warmups=2, reps=8, min_reps=3))
+    assert rec["host_bound_reps"] == 4 and rec["dropped_reps"] == 4 and rec["reps"] == 4
+    assert rec["max_ms"] < 15  # the 20 ms calls are gone
+    assert _runner._dropped(rec) == " (+4 host-bound, dropped)"
+
+    times, late = [1.0, 9.0, 1.2, 9.5], [False, True, False, True]
+    assert _timing.device_bound(times, late, min_reps=2) == [1.0, 1.2]
+    assert _timing.device_bound(times, late, min_reps=3) == times  # too few left: all count
+    assert _timing.device_bound(times, [True] * 4, min_reps=1) == times
+    assert _runner._dropped({"host_bound_reps": 4, "dropped_reps": 0}).startswith(" (all")
+    assert _runner._dropped({"host_bound_reps": 0, "dropped_reps": 0}) == ""
+
+
 @pytest.mark.filterwarnings("ignore:CUDA is not available")
 def test_host_row_cuda_branches(fake_cuda):
     """measure_row's GPU columns, with the clocks faked (the tensors stay on the CPU)."""
