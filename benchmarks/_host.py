@@ -200,3 +200,36 @@ def format_host_table(host: Dict[str, Any]) -> str:
                          f"{'n/a' if count is None else format(count, '.3g'):>4}")
         lines.append(f"{labels[key]:<28} " + " ".join(cells))
     return "\n".join(lines)
+
+
+# README's names of the host table's methods
+_MD_LABELS = {"pyg_edgedot": "pyg_edgedot (default)",
+              "pyg_edgedot_novalidate": "pyg_edgedot `validate=False`",
+              "eager": "PyG eager", "compile": "`torch.compile`"}
+
+
+def host_markdown(host: Dict[str, Any]) -> str:
+    """README's host-overhead table: per method and phase, host and GPU µs per call (one
+    decimal under 100, none above; ``*`` where the GPU span was host-bound) and the kernels'
+    µs (count)."""
+    def num(value: Optional[float]) -> str:
+        return "n/a" if value is None else format(value, ".1f" if value < 100 else ".0f")
+
+    rows = ["| method | fwd host | fwd GPU | fwd kernels (count) | fwd+bwd host | fwd+bwd GPU "
+            "| fwd+bwd kernels (count) |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    by_method: Dict[str, Dict[str, Dict[str, Any]]] = {}
+    for row in host["rows"]:
+        by_method.setdefault(row["method"], {})[row["phase"]] = row
+    for key, phases in by_method.items():
+        cells = [_MD_LABELS.get(key, key)]
+        for phase in PHASES:
+            row = phases.get(phase)
+            if row is None or row["status"] != "ok":
+                cells += ["-" if row is None else row["status"].upper(), "", ""]
+                continue
+            count = row.get("kernels_per_call")
+            cells += [num(row["host_us"]),
+                      num(row["gpu_us"]) + ("*" if row.get("gpu_span_host_bound") else ""),
+                      f"{_us(row['kernel_us'])} ({'n/a' if count is None else f'{count:.3g}'})"]
+        rows.append("| " + " | ".join(cells) + " |")
+    return "\n".join(rows)

@@ -44,6 +44,8 @@ def _phase_cell(m: Dict[str, Any], phase: str, width: int = 9) -> str:
         return f"{'-':>{width}}"
     if r["status"] != "ok":
         return f"{r['status'].upper():>{width}}"
+    if all_host_bound(r):
+        return _fmt(r["ms"], ".3f", width - 1) + "*"
     return _fmt(r["ms"], ".3f", width)
 
 
@@ -85,7 +87,9 @@ def table_header(doc: Dict[str, Any]) -> str:
         "  xOut = peak / output size (fwd) and peak / (output + gradients) (f+b). "
         f"GB/s = (2*E*D*isz + 2*E*idx_isz + E*isz) / fwd time; measured copy bandwidth "
         f"{bw['gbps']:,.0f} GB/s ({bw['bytes'] / GB:.2f} GB, read+write).",
-        "  chk = output (and gradients) vs float64 on sampled edges/rows.",
+        "  chk = output (and gradients) vs float64 on sampled edges/rows. * = every rep "
+        "host-bound (the GPU reached the call before its last launch; a call that waits for the "
+        "GPU always is): the span includes the GPU's waits for the host.",
     ]
     if doc["pyg_edgedot"]["backends"].get(doc["device"]["type"]) == "python":
         lines.append("  WARNING: pyg_edgedot runs its pure-PyTorch fallback on this device, "
@@ -149,10 +153,16 @@ def _md_bytes(nbytes: Optional[float]) -> str:
     return f"{nbytes / MB:.1f} MB" if nbytes < 10 * MB else f"{nbytes / MB:.0f} MB"
 
 
+def all_host_bound(rec: Dict[str, Any]) -> bool:
+    """Whether every repetition of a measurement was host-bound (``_timing.device_bound``
+    kept them all): its span includes the GPU's waits for the host."""
+    return bool(rec.get("host_bound_reps")) and not rec.get("dropped_reps")
+
+
 def readme_tables(doc: Dict[str, Any]) -> str:
     """README's two Performance tables (random order; sorted order) from a run, with the
     fastest cell of each row and phase in bold (among the methods the table shows; cuSPARSE
-    counts with its CSR free)."""
+    counts with its CSR free) and ``*`` on a time whose every repetition was host-bound."""
     def result(methods, key, phase):
         r = methods.get(key, {}).get(phase)
         return r if r and r.get("status") in ("ok", "oom", "n/a") else None
@@ -165,7 +175,7 @@ def readme_tables(doc: Dict[str, Any]) -> str:
             return {"oom": "OOM", "n/a": "n/a"}[r["status"]]
         if what == "peak":
             return _md_bytes(r.get("peak_extra_bytes"))
-        text = _md_ms(r["ms"])
+        text = _md_ms(r["ms"]) + ("*" if all_host_bound(r) else "")
         return f"**{text}**" if best is not None and key == best else text
 
     def fastest(methods, keys, phase):

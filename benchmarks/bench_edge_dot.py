@@ -89,7 +89,7 @@ from typing import Any, Dict, List
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _host import format_host_table, run_host_overhead  # noqa: E402
+from _host import format_host_table, host_markdown, run_host_overhead  # noqa: E402
 from _peers import METHOD_KEYS, METHODS  # noqa: E402
 from _report import (default_out_path, device_info, format_report, plot, readme_tables,  # noqa: E402
                      software_info, table_header)
@@ -141,7 +141,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--from-json", type=Path, default=None,
                    help="print the table and redraw the plot of an earlier (even partial) run")
     p.add_argument("--markdown", action="store_true",
-                   help="with --from-json: print README's two Performance tables instead")
+                   help="with --from-json: print README's Performance tables instead (the two "
+                        "orders' and, where the run has it, the host-overhead table)")
     p.add_argument("--inject-oom", default=None, help=argparse.SUPPRESS)  # METHOD@WL[:PHASE]
     return p.parse_args(argv)
 
@@ -163,6 +164,8 @@ def main(argv=None) -> int:
         doc = json.loads(args.from_json.read_text())
         if args.markdown:
             print(readme_tables(doc))
+            if doc.get("host_overhead"):
+                print("\n" + host_markdown(doc["host_overhead"]))
             return 0
         print(format_report(doc))
         plot_path = args.plot or args.from_json.with_suffix(".png")

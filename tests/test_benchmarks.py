@@ -191,11 +191,26 @@ def test_readme_tables_mark_the_fastest():
 
 
 def test_readme_tables_are_the_published_run():
-    # README's Performance tables are readme_tables() of results/h100.json, row for row.
+    # README's Performance tables are readme_tables() and host_markdown() of
+    # results/h100.json, row for row.
     doc = json.loads((ROOT / "benchmarks" / "results" / "h100.json").read_text())
     readme = (ROOT / "README.md").read_text()
-    for line in _report.readme_tables(doc).splitlines():
+    lines = (_report.readme_tables(doc) + "\n" + _host.host_markdown(doc["host_overhead"]))
+    for line in lines.splitlines():
         assert line in readme, line
+
+
+def test_host_markdown_marks_and_rounds():
+    host = {"rows": [
+        {"method": "pyg_edgedot", "phase": "fwd", "status": "ok", "host_us": 50.84,
+         "gpu_us": 4.61, "gpu_span_host_bound": True, "kernel_us": 3.58, "kernels_per_call": 1.0},
+        {"method": "pyg_edgedot", "phase": "fwdbwd", "status": "ok", "host_us": 312.7,
+         "gpu_us": 93.5, "gpu_span_host_bound": False, "kernel_us": 16.04,
+         "kernels_per_call": 2.0},
+        {"method": "compile", "phase": "fwd", "status": "oom", "message": "x"}]}
+    rows = _host.host_markdown(host).splitlines()
+    assert rows[2] == "| pyg_edgedot (default) | 50.8 | 4.6* | 3.6 (1) | 313 | 93.5 | 16.0 (2) |"
+    assert rows[3] == "| `torch.compile` | OOM |  |  | - |  |  |"
 
 
 def run_main(capsys, *args: str) -> str:
