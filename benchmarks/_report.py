@@ -87,9 +87,10 @@ def table_header(doc: Dict[str, Any]) -> str:
         "  xOut = peak / output size (fwd) and peak / (output + gradients) (f+b). "
         f"GB/s = (2*E*D*isz + 2*E*idx_isz + E*isz) / fwd time; measured copy bandwidth "
         f"{bw['gbps']:,.0f} GB/s ({bw['bytes'] / GB:.2f} GB, read+write).",
-        "  chk = output (and gradients) vs float64 on sampled edges/rows. * = every rep "
-        "host-bound (the GPU reached the call before its last launch; a call that waits for the "
-        "GPU always is): the span includes the GPU's waits for the host.",
+        "  chk = output (and gradients) vs float64 on sampled edges/rows. * = host-bound reps "
+        "counted (the GPU reached the call before its last launch, and too few reps did not to "
+        "drop them; a call that waits for the GPU always does): the span includes the GPU's "
+        "waits for the host.",
     ]
     if doc["pyg_edgedot"]["backends"].get(doc["device"]["type"]) == "python":
         lines.append("  WARNING: pyg_edgedot runs its pure-PyTorch fallback on this device, "
@@ -154,15 +155,15 @@ def _md_bytes(nbytes: Optional[float]) -> str:
 
 
 def all_host_bound(rec: Dict[str, Any]) -> bool:
-    """Whether every repetition of a measurement was host-bound (``_timing.device_bound``
-    kept them all): its span includes the GPU's waits for the host."""
+    """Whether the median counts host-bound repetitions: too few others were device-bound
+    for ``_timing.device_bound`` to drop them (none, for a call that waits for the GPU)."""
     return bool(rec.get("host_bound_reps")) and not rec.get("dropped_reps")
 
 
 def readme_tables(doc: Dict[str, Any]) -> str:
     """README's two Performance tables (random order; sorted order) from a run, with the
     fastest cell of each row and phase in bold (among the methods the table shows; cuSPARSE
-    counts with its CSR free) and ``*`` on a time whose every repetition was host-bound."""
+    counts with its CSR free) and ``*`` on a time that counts host-bound repetitions."""
     def result(methods, key, phase):
         r = methods.get(key, {}).get(phase)
         return r if r and r.get("status") in ("ok", "oom", "n/a") else None

@@ -81,7 +81,9 @@ def _dropped(rec: Dict[str, Any]) -> str:
         return ""
     if rec.get("dropped_reps"):
         return f" (+{rec['dropped_reps']} host-bound, dropped)"
-    return " (all host-bound: the span includes the GPU's waits for the host)"
+    if bound == rec["reps"]:
+        return " (all host-bound: the span includes the GPU's waits for the host)"
+    return f" ({bound} host-bound, kept: too few others to drop them)"
 
 
 def _phase_line(case: Case, method: Method, phase: str, rec: Dict[str, Any]) -> str:

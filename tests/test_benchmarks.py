@@ -492,7 +492,9 @@ def test_host_bound_reps_are_dropped(fake_cuda, monkeypatch):
     assert _timing.device_bound(times, late, min_reps=2) == [1.0, 1.2]
     assert _timing.device_bound(times, late, min_reps=3) == times  # too few left: all count
     assert _timing.device_bound(times, [True] * 4, min_reps=1) == times
-    assert _runner._dropped({"host_bound_reps": 4, "dropped_reps": 0}).startswith(" (all")
+    assert _runner._dropped({"host_bound_reps": 4, "dropped_reps": 0, "reps": 4}).startswith(" (all")
+    assert _runner._dropped({"host_bound_reps": 3, "dropped_reps": 0, "reps": 4}) == (
+        " (3 host-bound, kept: too few others to drop them)")
     assert _runner._dropped({"host_bound_reps": 0, "dropped_reps": 0}) == ""
 
 
