@@ -169,6 +169,14 @@ def _us(value: Optional[float], width: int = 0) -> str:
     return f"{'n/a' if value is None else format(value, '.1f'):>{width}}"
 
 
+def _rows_by_method(host: Dict[str, Any]) -> Dict[str, Dict[str, Dict[str, Any]]]:
+    """The host table's rows as {method: {phase: row}}, methods in the run's order."""
+    by_method: Dict[str, Dict[str, Dict[str, Any]]] = {}
+    for row in host["rows"]:
+        by_method.setdefault(row["method"], {})[row["phase"]] = row
+    return by_method
+
+
 def format_host_table(host: Dict[str, Any]) -> str:
     lines = [
         f"host overhead at {host['workload']}: {host['num_src']:,} x {host['num_dst']:,} nodes, "
@@ -181,12 +189,8 @@ def format_host_table(host: Dict[str, Any]) -> str:
         f"{'method':<28} {'fwd host':>9} {'fwd GPU':>9} {'fwd kern':>9} {'#':>4} "
         f"{'f+b host':>9} {'f+b GPU':>9} {'f+b kern':>9} {'#':>4}",
     ]
-    by_method: Dict[str, Dict[str, Dict[str, Any]]] = {}
-    labels: Dict[str, str] = {}
-    for row in host["rows"]:
-        by_method.setdefault(row["method"], {})[row["phase"]] = row
-        labels[row["method"]] = row["label"]
-    for key, phases in by_method.items():
+    labels = {row["method"]: row["label"] for row in host["rows"]}
+    for key, phases in _rows_by_method(host).items():
         cells = []
         for phase in PHASES:
             row = phases.get(phase)
@@ -217,10 +221,7 @@ def host_markdown(host: Dict[str, Any]) -> str:
 
     rows = ["| method | fwd host | fwd GPU | fwd kernels (count) | fwd+bwd host | fwd+bwd GPU "
             "| fwd+bwd kernels (count) |", "| --- | --- | --- | --- | --- | --- | --- |"]
-    by_method: Dict[str, Dict[str, Dict[str, Any]]] = {}
-    for row in host["rows"]:
-        by_method.setdefault(row["method"], {})[row["phase"]] = row
-    for key, phases in by_method.items():
+    for key, phases in _rows_by_method(host).items():
         cells = [_MD_LABELS.get(key, key)]
         for phase in PHASES:
             row = phases.get(phase)

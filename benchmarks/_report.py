@@ -44,7 +44,7 @@ def _phase_cell(m: Dict[str, Any], phase: str, width: int = 9) -> str:
         return f"{'-':>{width}}"
     if r["status"] != "ok":
         return f"{r['status'].upper():>{width}}"
-    if all_host_bound(r):
+    if counts_host_bound(r):
         return _fmt(r["ms"], ".3f", width - 1) + "*"
     return _fmt(r["ms"], ".3f", width)
 
@@ -87,10 +87,10 @@ def table_header(doc: Dict[str, Any]) -> str:
         "  xOut = peak / output size (fwd) and peak / (output + gradients) (f+b). "
         f"GB/s = (2*E*D*isz + 2*E*idx_isz + E*isz) / fwd time; measured copy bandwidth "
         f"{bw['gbps']:,.0f} GB/s ({bw['bytes'] / GB:.2f} GB, read+write).",
-        "  chk = output (and gradients) vs float64 on sampled edges/rows. * = host-bound reps "
-        "counted (the GPU reached the call before its last launch, and too few reps did not to "
-        "drop them; a call that waits for the GPU always does): the span includes the GPU's "
-        "waits for the host.",
+        "  chk = output (and gradients) vs float64 on sampled edges/rows. * = the median counts "
+        "host-bound reps (the GPU reached the call before its last launch, and too few reps "
+        "were free of that to drop them; a call that waits for the GPU always is): the span "
+        "includes the GPU's waits for the host.",
     ]
     if doc["pyg_edgedot"]["backends"].get(doc["device"]["type"]) == "python":
         lines.append("  WARNING: pyg_edgedot runs its pure-PyTorch fallback on this device, "
@@ -154,7 +154,7 @@ def _md_bytes(nbytes: Optional[float]) -> str:
     return f"{nbytes / MB:.1f} MB" if nbytes < 10 * MB else f"{nbytes / MB:.0f} MB"
 
 
-def all_host_bound(rec: Dict[str, Any]) -> bool:
+def counts_host_bound(rec: Dict[str, Any]) -> bool:
     """Whether the median counts host-bound repetitions: too few others were device-bound
     for ``_timing.device_bound`` to drop them (none, for a call that waits for the GPU)."""
     return bool(rec.get("host_bound_reps")) and not rec.get("dropped_reps")
@@ -176,7 +176,7 @@ def readme_tables(doc: Dict[str, Any]) -> str:
             return {"oom": "OOM", "n/a": "n/a"}[r["status"]]
         if what == "peak":
             return _md_bytes(r.get("peak_extra_bytes"))
-        text = _md_ms(r["ms"]) + ("*" if all_host_bound(r) else "")
+        text = _md_ms(r["ms"]) + ("*" if counts_host_bound(r) else "")
         return f"**{text}**" if best is not None and key == best else text
 
     def fastest(methods, keys, phase):
