@@ -177,9 +177,11 @@ __global__ void __launch_bounds__(kThreads, kForwardBlocksPerSm) edge_dot_fwd_sm
   using acc_t = at::opmath_type<scalar_t>;
   constexpr int U = kSmallForwardSplit;
   const int64_t thread = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  const int64_t e = thread / lanes;
+  // Shifts, not a division: the edge's index loads wait for e, and a division by a value
+  // known only at run time takes two ~20-instruction sequences ahead of them.
+  const int64_t e = thread >> (__ffs(lanes) - 1);
   if (e >= num_edges) return;  // the whole group (edges of a warp are consecutive)
-  const int lane = static_cast<int>(thread % lanes);
+  const int lane = static_cast<int>(thread) & (lanes - 1);
   const unsigned group_mask =
       lanes == kWarp ? 0xffffffffu : ((1u << lanes) - 1u) << (threadIdx.x % kWarp - lane);
   // Every lane of the group loads the edge's indices (one transaction for the group).
