@@ -34,9 +34,11 @@ def complement(edge_index, num_src, num_dst, loops_allowed):
             if (i, j) not in edges and (loops_allowed or i != j)}
 
 
-def check_negatives(neg, edge_index, num_src, num_dst, homogeneous, count=None):
+def check_negatives(neg, edge_index, num_src, num_dst, homogeneous, count=None,
+                    dtype=torch.int64):
+    # dtype: int64 for the PyG functions (as PyG's), edge_index's for NegativeSampler
     assert neg.dim() == 2 and neg.size(0) == 2
-    assert neg.dtype == edge_index.dtype and neg.device == edge_index.device
+    assert neg.dtype == dtype and neg.device == edge_index.device
     pairs = neg.t().cpu().tolist()
     edges = pair_set(edge_index)
     assert not any(tuple(p) in edges for p in pairs), "a sampled pair is an edge"
@@ -308,6 +310,24 @@ def test_empty_and_one_node(device):
         == (2, 0)
 
 
+def test_int32_edge_index_past_int32_node_ids(gen):
+    # ids past 2**31 - 1 cannot be int32: the sampler's draws widen to int64, never wrap
+    num_dst = 3_000_000_000
+    edge_index = torch.tensor([[0, 0], [0, num_dst - 1 - 2 ** 31]], dtype=torch.int32)
+    sampler = NegativeSampler(edge_index, (1, num_dst))
+    assert sampler.index_dtype == torch.int64
+    for neg in (sampler.sample(2000, generator=make_gen(0)),
+                negative_sampling(edge_index, (1, num_dst), 2000, generator=make_gen(0))):
+        assert neg.dtype == torch.int64 and neg.shape == (2, 2000)
+        assert int(neg[1].min()) >= 0 and int(neg[1].max()) < num_dst
+        assert int(neg[1].max()) > 2 ** 31  # 2000 uniform draws, all below 2**31: p ~ 1e-600
+    dst = sampler.sample_per_source(torch.zeros(500, dtype=torch.int32), 4,
+                                    generator=make_gen(1))
+    assert dst.dtype == torch.int64 and int(dst.min()) >= 0 and int(dst.max()) < num_dst
+    # within int32's range an int32 edge_index keeps int32 draws from the sampler
+    assert NegativeSampler(edge_index, (1, 2 ** 31)).index_dtype == torch.int32
+
+
 def test_large_node_count_no_quadratic_memory(gen):
     num_nodes = 3_000_000  # N^2 keys = 9e12: any dense mask would need terabytes
     edge_index = random_graph(gen, num_nodes, num_nodes, 5000)
@@ -366,7 +386,7 @@ def test_sampler_reuse_and_replace(gen, device, dtype, backend):
     assert "num_nodes=(40, 30)" in repr(sampler)
     assert sampler.num_negatives == len(complement(edge_index, 40, 30, True))
     for _ in range(3):
-        check_negatives(sampler.sample(500), edge_index, 40, 30, False, 500)
+        check_negatives(sampler.sample(500), edge_index, 40, 30, False, 500, dtype)
     many = sampler.sample(5000, replace=True)
     assert many.shape == (2, 5000) and many.dtype == dtype
     edges = pair_set(edge_index)
@@ -975,7 +995,8 @@ def test_structured(gen, device, dtype, contains_neg_self_loops):
     edge_index = random_graph(gen, 30, 30, 200, dtype, device)
     i, j, k = structured_negative_sampling(edge_index, 30, contains_neg_self_loops)
     assert torch.equal(i, edge_index[0]) and torch.equal(j, edge_index[1])
-    assert k.shape == (200,) and k.dtype == dtype and k.device == edge_index.device
+    assert i.dtype == j.dtype == dtype  # the rows of edge_index; k int64, as PyG's
+    assert k.shape == (200,) and k.dtype == torch.int64 and k.device == edge_index.device
     edges = pair_set(edge_index)
     for a, c in zip(i.tolist(), k.tolist()):
         assert (a, c) not in edges and (contains_neg_self_loops or a != c)
@@ -1061,10 +1082,11 @@ def test_batched_bipartite_and_unsorted_batch(gen):
 # Against PyG's own functions: same shapes, dtype, and PyG's guarantees hold on ours
 # ---------------------------------------------------------------------------------------
 
+@pytest.mark.parametrize("dtype", INDEX_DTYPES, ids=dtype_id)
 @pytest.mark.parametrize("seed", range(4))
-def test_against_pyg(seed):
+def test_against_pyg(seed, dtype):
     gen = make_gen(seed)
-    edge_index = pyg_utils.to_undirected(random_graph(gen, 40, 40, 150))
+    edge_index = pyg_utils.to_undirected(random_graph(gen, 40, 40, 150)).to(dtype)
     for kwargs in ({}, {"num_nodes": 40}, {"num_nodes": (40, 50)}, {"num_neg_samples": 0.7},
                    {"force_undirected": True}, {"num_neg_samples": 33}):
         ours = negative_sampling(edge_index, **kwargs)
@@ -1079,11 +1101,12 @@ def test_against_pyg(seed):
     i, j, k = structured_negative_sampling(edge_index, 40, False)
     pi, pj, pk = pyg_utils.structured_negative_sampling(edge_index, 40, False)
     assert torch.equal(i, pi) and torch.equal(j, pj) and k.shape == pk.shape
-    assert k.dtype == pk.dtype
+    assert i.dtype == pi.dtype and j.dtype == pj.dtype and k.dtype == pk.dtype
     batch = torch.repeat_interleave(torch.arange(2), 20)
     local = edge_index[:, (edge_index < 20).all(0) | (edge_index >= 20).all(0)]
-    assert (batched_negative_sampling(local, batch).shape
-            == pyg_utils.batched_negative_sampling(local, batch).shape)
+    ours = batched_negative_sampling(local, batch)
+    theirs = pyg_utils.batched_negative_sampling(local, batch)
+    assert ours.shape == theirs.shape and ours.dtype == theirs.dtype
 
 
 # ---------------------------------------------------------------------------------------

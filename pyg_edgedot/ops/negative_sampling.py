@@ -148,6 +148,14 @@ def _check_range(name: str, edge_index: Tensor, num_src: int, num_dst: int) -> N
                              f"least max index + 1")
 
 
+def _index_dtype(dtype: torch.dtype, num_src: int, num_dst: int) -> torch.dtype:
+    """``edge_index``'s index dtype for the sampler's output, int64 where int32 cannot
+    hold every node id (an int32 ``edge_index`` with ``num_nodes`` past 2**31 - 1)."""
+    if dtype == torch.int32 and max(num_src, num_dst) > torch.iinfo(torch.int32).max + 1:
+        return torch.int64
+    return dtype
+
+
 def _resolve_count(name: str, num_samples, num_edges: int) -> int:
     """PyG's rule: None -> E, a float -> int(ratio * E), an int -> itself."""
     if num_samples is None:
@@ -573,6 +581,9 @@ class NegativeSampler:
             (``max(sparse_size)`` for an ``EdgeIndex``), as in PyG.
         self_loops (bool): homogeneous only: whether ``(i, i)`` may be sampled.
             (default: ``False``)
+
+    Draws come back in ``edge_index``'s index dtype (``index_dtype``), or int64 where an
+    int32 ``edge_index`` comes with ``num_nodes`` past int32's range.
     """
 
     def __init__(self, edge_index: Tensor, num_nodes: Optional[NumNodes] = None, *,
@@ -590,7 +601,7 @@ class NegativeSampler:
         self.self_loops = bool(self_loops) and not bipartite
         self.num_edges = int(plain.size(1))
         self.device = plain.device
-        self.index_dtype = plain.dtype
+        self.index_dtype = _index_dtype(plain.dtype, num_src, num_dst)
         self._edge_index = plain  # the undirected space is built from it on first use
         mode = _DIRECTED if (bipartite or self.self_loops) else _NO_LOOPS
         # Validates edge_index too (the op reports the first index out of range).
@@ -634,13 +645,14 @@ class NegativeSampler:
                 (so ``torch.manual_seed`` reproduces a draw).
 
         Returns:
-            Tensor: ``[2, k]`` in ``edge_index``'s index dtype and device. Without
+            Tensor: ``[2, k]`` in ``index_dtype``, on ``edge_index``'s device. Without
             replacement, when the complement holds fewer than ``k`` pairs, all of it is
             returned (shuffled) with one ``UserWarning``.
         """
         return self._sample(num_samples, replace, force_undirected, generator, self._name)
 
-    def _sample(self, num_samples, replace, force_undirected, generator, name) -> Tensor:
+    def _sample(self, num_samples, replace, force_undirected, generator, name,
+                dtype: Optional[torch.dtype] = None) -> Tensor:
         _check_generator(name, generator, self.device)
         count = _resolve_count(name, num_samples, self.num_edges)
         undirected = bool(force_undirected) and not self.bipartite
@@ -660,7 +672,7 @@ class NegativeSampler:
             count = free
         out = _negative_sample(space.adj, free, count, _draw_seed(generator), replace,
                                space.mode, self.num_src_nodes, self.num_dst_nodes,
-                               self.index_dtype)
+                               dtype or self.index_dtype)
         # In range by construction: scoring these pairs needs no validation read.
         _checks.VALIDATED.add([(out, (self.num_src_nodes, self.num_dst_nodes))])
         return out
@@ -692,7 +704,7 @@ class NegativeSampler:
             generator (torch.Generator, optional): as in :meth:`sample`.
 
         Returns:
-            Tensor: ``[S, k]`` destination indices, ``edge_index``'s index dtype.
+            Tensor: ``[S, k]`` destination indices in ``index_dtype``.
 
         Raises:
             ValueError: if a given source has no negative destination (it is connected
@@ -701,7 +713,8 @@ class NegativeSampler:
         """
         return self._sample_per_source(src_index, k, generator, self._name)
 
-    def _sample_per_source(self, src_index, k, generator, name) -> Tensor:
+    def _sample_per_source(self, src_index, k, generator, name,
+                           dtype: Optional[torch.dtype] = None) -> Tensor:
         _check_generator(name, generator, self.device)
         k = _as_count(name, "k", k)
         _checks.check_tensor(name, "src_index", src_index, 1, "1-D [S]", _checks.INDEX_DTYPES,
@@ -709,6 +722,7 @@ class NegativeSampler:
         if src_index.device != self.device:
             raise ValueError(f"{name}: src_index must be on {self.device} "
                              f"(got {src_index.device})")
+        dtype = dtype or self.index_dtype
         src = src_index.long()
         if src.numel() > 0:
             lo, hi = int(src.min()), int(src.max())
@@ -717,7 +731,7 @@ class NegativeSampler:
                                  f"[0, {self.num_src_nodes})")
         out_shape = (src.numel(), k)
         if src.numel() == 0 or k == 0:
-            return torch.empty(out_shape, dtype=self.index_dtype, device=self.device)
+            return torch.empty(out_shape, dtype=dtype, device=self.device)
         space = self._directed
         width = _row_width(space.mode, self.num_dst_nodes)
         row_ptr = self._source_rows()
@@ -734,7 +748,7 @@ class NegativeSampler:
                                   self.device))
         keys = _rank_to_key(space.adj, ranks.reshape(-1), ranks_sorted=False)
         _, dst = space.decode(keys, None)
-        return dst.view(out_shape).to(self.index_dtype)
+        return dst.view(out_shape).to(dtype)
 
 
 # ---------------------------------------------------------------------------------------
@@ -779,12 +793,14 @@ def negative_sampling(edge_index: Tensor, num_nodes: Optional[NumNodes] = None,
             torch's global RNG, so ``torch.manual_seed`` reproduces the draw.
 
     Returns:
-        Tensor: ``[2, k]``, ``edge_index``'s index dtype and device.
+        Tensor: ``[2, k]`` int64 (whatever ``edge_index``'s index dtype, as PyG's), on
+        ``edge_index``'s device.
     """
     name = "negative_sampling"
     _check_method(name, method)
     sampler = NegativeSampler(edge_index, num_nodes, _name=name)
-    return sampler._sample(num_neg_samples, False, force_undirected, generator, name)
+    return sampler._sample(num_neg_samples, False, force_undirected, generator, name,
+                           torch.int64)
 
 
 def batched_negative_sampling(edge_index: Tensor, batch: Union[Tensor, Tuple[Tensor, Tensor]],
@@ -807,7 +823,7 @@ def batched_negative_sampling(edge_index: Tensor, batch: Union[Tensor, Tuple[Ten
             :func:`negative_sampling`.
 
     Returns:
-        Tensor: ``[2, sum_b k_b]``, ``edge_index``'s index dtype and device. Graphs whose
+        Tensor: ``[2, sum_b k_b]`` int64 (as PyG's), on ``edge_index``'s device. Graphs whose
         complement is too small give all of it, with one ``UserWarning`` for the call.
     """
     name = "batched_negative_sampling"
@@ -839,7 +855,7 @@ def batched_negative_sampling(edge_index: Tensor, batch: Union[Tensor, Tuple[Ten
     _check_range(name, plain, src_batch.numel(), dst_batch.numel())
     num_graphs = max(int(b.max()) + 1 if b.numel() > 0 else 0 for b in (src_batch, dst_batch))
     if num_graphs == 0:
-        return plain.new_empty((2, 0))
+        return plain.new_empty((2, 0), dtype=torch.int64)
 
     # Local ids: position of a node among its graph's nodes (a stable sort by graph id
     # keeps node order, so for PyG's contiguous batches this is global - ptr).
@@ -898,7 +914,7 @@ def batched_negative_sampling(edge_index: Tensor, batch: Union[Tensor, Tuple[Ten
         # sort by graph of [pairs, mirrors] keeps the pairs ahead within each graph.
         order = torch.sort(torch.cat([block, block]), stable=True).indices
         src_g, dst_g = torch.cat([src_g, dst_g])[order], torch.cat([dst_g, src_g])[order]
-    return torch.stack([src_g, dst_g]).to(plain.dtype)
+    return torch.stack([src_g, dst_g])
 
 
 def structured_negative_sampling(edge_index: Tensor, num_nodes: Optional[int] = None,
@@ -916,8 +932,8 @@ def structured_negative_sampling(edge_index: Tensor, num_nodes: Optional[int] = 
         generator (torch.Generator, optional): as in :func:`negative_sampling`.
 
     Returns:
-        (Tensor, Tensor, Tensor): ``(i, j, k)``, each ``[E]``; ``k`` in ``edge_index``'s
-        index dtype (PyG always returns int64 for it).
+        (Tensor, Tensor, Tensor): ``(i, j, k)``, each ``[E]``: ``i`` and ``j`` the rows of
+        ``edge_index``, ``k`` int64, as PyG's.
 
     Raises:
         ValueError: when a source node is connected to all candidates (PyG loops forever
@@ -929,7 +945,7 @@ def structured_negative_sampling(edge_index: Tensor, num_nodes: Optional[int] = 
     sampler = NegativeSampler(edge_index, num_nodes, self_loops=contains_neg_self_loops,
                               _name=name)
     plain = _as_plain_index(name, edge_index)
-    neg = sampler._sample_per_source(plain[0], 1, generator, name).view(-1)
+    neg = sampler._sample_per_source(plain[0], 1, generator, name, torch.int64).view(-1)
     return plain[0], plain[1], neg
 
 
