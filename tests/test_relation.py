@@ -89,13 +89,29 @@ def test_single_relation_without_edge_type(rel_shape, device, gen):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_edge_type_dtype_differs_from_edge_index(device, gen):
-    x = randn(gen, 10, 6, device=device)
-    rel = randn(gen, 3, 6, device=device)
-    ei = random_edge_index(gen, 10, 10, 40, torch.int64, device)
-    edge_type = randint(gen, 3, 40, torch.int32, device)
-    assert_close(edge_dot(x, x, ei, rel, edge_type), ref_rel(x, x, rel, ei, edge_type),
-                 torch.float32)
+@pytest.mark.parametrize("index_dtype,type_dtype", [(torch.int64, torch.int32),
+                                                    (torch.int32, torch.int64)], ids=str)
+def test_edge_type_dtype_differs_from_edge_index(index_dtype, type_dtype, device, gen):
+    x = randn(gen, 10, 6, device=device).requires_grad_()
+    rel = randn(gen, 3, 6, device=device).requires_grad_()
+    ei = random_edge_index(gen, 10, 10, 40, index_dtype, device)
+    edge_type = randint(gen, 3, 40, type_dtype, device)
+    out = edge_dot(x, x, ei, rel, edge_type)
+    ref = ref_rel(x.detach(), x.detach(), rel.detach(), ei, edge_type)
+    assert_close(out, ref, torch.float32)
+    grad = randn(gen, 40, device=device)
+    gx, grel = torch.autograd.grad(out, (x, rel), grad)
+    ref_src, ref_dst, ref_grel = ref_rel_grads(x, x, rel, ei, edge_type, grad)
+    assert_close(gx, ref_src + ref_dst, torch.float32, "grad x")
+    assert_close(grel, ref_grel, torch.float32, "grad rel")
+    if type_dtype == torch.int64:
+        # a type past int32's range is out of range, not wrapped onto a valid relation
+        for bad in (2 ** 32 + 1, -2 ** 32):
+            wide = edge_type.clone()
+            wide[5] = bad
+            with pytest.raises(IndexError, match=f"edge_type holds an index out of range at "
+                                                 f"edge 5: {bad}"):
+                edge_dot(x, x, ei, rel, wide)
 
 
 def test_rel_gradcheck(gen):

@@ -26,8 +26,12 @@ def edge_dot_rel(x_src: Tensor, x_dst: Tensor, edge_index: Tensor, rel: Optional
     if edge_type is None:
         # One relation for every edge: a stride-0 view, no [E] index is materialized.
         rel_index = src_index.new_zeros(1).expand(src_index.size(0))
-    else:
+    elif edge_type.dtype == src_index.dtype or edge_type.dtype == torch.int32:
         rel_index = edge_type.to(src_index.dtype)
+    else:
+        # An int64 edge_type with an int32 edge_index: the kernels take one index dtype,
+        # and narrowing edge_type would wrap a type past int32's range into a valid one.
+        src_index, dst_index, rel_index = src_index.long(), dst_index.long(), edge_type
     num_rel = rel.size(0)
     keys = _checks.edge_keys(edge_index, x_src, x_dst)
     if edge_type is not None:
