@@ -49,7 +49,10 @@ def hits_at_k(rank: Tensor, k: int) -> Tensor:
         ValueError: ``k < 1``.
     """
     _checks.check_real("hits_at_k", "rank", rank)
-    k = _checks.check_k("hits_at_k", k)
+    # Capped: past int64 a Python int does not convert, and no rank comes near 2**62.
+    k = min(_checks.check_k("hits_at_k", k), 2 ** 62)
+    if not rank.is_floating_point():
+        rank = rank.long()  # k is compared in rank's dtype: 300 is 44 in uint8
     return (rank <= k).to(torch.float).mean()
 
 

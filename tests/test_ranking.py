@@ -502,6 +502,11 @@ def test_metrics_by_hand():
     assert mrr(torch.tensor([[1, 2], [4, 4]])).item() == pytest.approx(0.5)  # int ranks
     assert torch.isnan(mrr(torch.tensor([1.0, float("nan")])))
     assert hits_at_k(torch.tensor([1.0, float("nan")]), 1).item() == 0.5
+    # integer ranks against a k their dtype cannot hold, and a k past int64
+    assert hits_at_k(torch.tensor([200, 250], dtype=torch.uint8), 300).item() == 1.0
+    assert hits_at_k(torch.tensor([3, 5], dtype=torch.int32), 2 ** 32 + 4).item() == 1.0
+    assert hits_at_k(torch.tensor([3, 5], dtype=torch.int16), 4).item() == 0.5
+    assert hits_at_k(torch.tensor([3.0, 5.0]), 2 ** 70).item() == 1.0
 
 
 @pytest.mark.parametrize("device", DEVICES)
