@@ -572,6 +572,30 @@ def test_excluded_keys_checks(device, keys, key_bound, match):
         torch.ops.pyg_edgedot.excluded_keys(keys.to(device), key_bound)
 
 
+@pytest.mark.parametrize("num_nodes", [2, 3, 1000, 2 ** 29 + 7, 2 ** 31 - 1, 3_000_000_000])
+@pytest.mark.parametrize("mode", ["directed", "no_loops", "undirected"])
+def test_decode_inverts_encode(gen, mode, num_nodes):
+    # the Python key decoder (fallback and batched paths) at the first, last and random rows
+    n = num_nodes
+    edge = torch.tensor([0, 1, n // 2, n - 3, n - 2, n - 1]).clamp(0, n - 1)
+    src = torch.cat([edge.repeat_interleave(6), torch.randint(0, n, (2000,), generator=gen)])
+    dst = torch.cat([edge.repeat(6), torch.randint(0, n, (2000,), generator=gen)])
+    if mode == "undirected":
+        src, dst = torch.minimum(src, dst), torch.maximum(src, dst)
+    keep = src != dst if mode != "directed" else torch.ones_like(src, dtype=torch.bool)
+    src, dst = src[keep], dst[keep]
+    keys = ns_mod._encode(mode, src, dst, n, n, -1)
+    bound = ns_mod._num_keys(mode, n, n)
+    assert bool((keys >= 0).all()) and bool((keys < bound).all())
+    row, col = ns_mod._decode(mode, keys, n, n)
+    assert torch.equal(row, src) and torch.equal(col, dst)
+    # and every key of the last rows, where the float64 row estimate is hardest
+    last = torch.arange(max(bound - 3000, 0), bound)
+    row, col = ns_mod._decode(mode, last, n, n)
+    assert bool((row >= 0).all()) and bool((col < n).all())
+    assert torch.equal(ns_mod._encode(mode, row, col, n, n, -1), last)
+
+
 # One graph's build: excluded_edge_keys (the edges validated, encoded in the mode's key space
 # and made excluded_keys' tables in one op) against _encode + torch.unique.
 EDGE_KEYS_CASES = [("directed", 40, 30, 300), ("directed", 7, 7, 0), ("no_loops", 50, 50, 600),

@@ -211,18 +211,18 @@ def _decode(mode: str, key: Tensor, n_src, n_dst) -> Tuple[Tensor, Tensor]:
         width = n_dst - 1
         src, col = key // width, key % width
         return src, col + (col >= src).long()
-    # Strict upper triangle: invert the row start by the quadratic formula in float64,
-    # then correct by +-1 where rounding put it in the neighbouring row (float64 holds
-    # these keys exactly up to 2**53, i.e. ~1.3e8 nodes; two steps cover the rounding).
-    n = torch.as_tensor(n_src, dtype=torch.float64, device=key.device)
-    b = 2.0 * n - 1.0
-    row = torch.floor((b - torch.sqrt(torch.clamp(b * b - 8.0 * key.double(), min=0.0)))
-                      / 2.0).long()
-    n_int = n_src
+    # Strict upper triangle: count from the last key, r = T - 1 - key; the rows from the
+    # end hold 1, 2, 3, ... keys, so t = floor((sqrt(8r + 1) - 1) / 2) rows from the end.
+    # In float64 that is off by at most one for any int64 r (the error in 8r + 1 is tiny
+    # against its square root's slope), where the quadratic formula from the first key
+    # loses the last rows of ~1e9-node graphs; +-1 steps against the exact row starts fix it.
+    last = n_src * (n_src - 1) // 2 - 1
+    r = (last - key).double()
+    row = (n_src - 2) - torch.floor((torch.sqrt(8.0 * r + 1.0) - 1.0) / 2.0).long()
     for _ in range(2):
-        row = row - (_tri_row_start(row, n_int) > key).long()
-        row = row + (_tri_row_start(row + 1, n_int) <= key).long()
-    col = key - _tri_row_start(row, n_int) + row + 1
+        row = row - (_tri_row_start(row, n_src) > key).long()
+        row = row + (_tri_row_start(row + 1, n_src) <= key).long()
+    col = key - _tri_row_start(row, n_src) + row + 1
     return row, col
 
 
