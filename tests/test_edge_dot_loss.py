@@ -546,6 +546,22 @@ def test_gradcheck(negatives, loss, gen):
     assert torch.autograd.gradcheck(fn, (leaf(x_src), leaf(x_dst)))
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_second_derivatives_refused(device, gen):
+    # gradgradcheck's promise: right or refused, never a silent zero
+    x_src, x_dst, positives, sampler = _problem(gen, "bipartite", torch.float64, torch.int64,
+                                                device, num_edges=12, feat_dim=3)
+    a = leaf(x_src)
+    loss = edge_dot_loss(a, x_dst, positives, num_negatives=2, sampler=sampler, seed=5)
+    g, = torch.autograd.grad(loss, a, create_graph=True)
+    with pytest.raises(RuntimeError, match="edge_dot_loss: second derivatives are not"):
+        g.pow(2).sum().backward()
+    # first derivatives under create_graph=True are the plain ones
+    g1, = torch.autograd.grad(edge_dot_loss(a, x_dst, positives, num_negatives=2,
+                                            sampler=sampler, seed=5), a)
+    assert torch.equal(g.detach(), g1)
+
+
 class _Model(torch.nn.Module):
     def __init__(self, feat_dim, sampler):
         super().__init__()

@@ -464,3 +464,17 @@ def register_fake_and_autograd() -> None:
 
     torch.library.register_autograd("pyg_edgedot::edge_dot_loss", backward,
                                     setup_context=setup_context)
+
+    # Second derivatives are refused, not silently zero: with create_graph=True the
+    # gradients carry this node, and differentiating them again raises.
+    def grad_setup_context(ctx, inputs, output):
+        pass
+
+    def grad_backward(ctx, *grads):
+        raise RuntimeError("edge_dot_loss: second derivatives are not supported (the "
+                           "gradients of edge_dot_loss were differentiated again, e.g. a "
+                           "gradient penalty through create_graph=True); write the penalty "
+                           "on edge_dot's scores instead, whose second derivatives are fused")
+
+    torch.library.register_autograd("pyg_edgedot::edge_dot_loss_grad", grad_backward,
+                                    setup_context=grad_setup_context)
