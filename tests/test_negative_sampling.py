@@ -1169,10 +1169,23 @@ GOOD = torch.tensor([[0, 1, 2], [1, 2, 3]])
     (lambda: batched_negative_sampling(GOOD, torch.tensor([0, 0, -1, 0])), ValueError, "negative graph id"),
     (lambda: batched_negative_sampling(GOOD, [1, 2, 3]), TypeError, "batch must be"),
     (lambda: negative_sampling(torch.zeros(2, 1, dtype=torch.long), 2 ** 32), ValueError, "2\\*\\*62"),
+    (lambda: NegativeSampler(GOOD, 4).sample(2 ** 63, replace=True), ValueError, "num_neg_samples must be below 2\\*\\*62"),
+    (lambda: NegativeSampler(GOOD, 4).sample_per_source(GOOD[0], 2 ** 62), ValueError, "k must be below"),
 ])
 def test_bad_input(call, error, match):
     with pytest.raises(error, match=match):
         call()
+
+
+def test_huge_ratio_returns_the_complement():
+    # a ratio past any key space gives the whole complement with the warning, batched too
+    edge_index = torch.tensor([[0, 1, 2, 3, 4], [1, 2, 3, 4, 0]])
+    for call in (lambda: negative_sampling(edge_index, 5, 1e19),
+                 lambda: batched_negative_sampling(edge_index, torch.zeros(5, dtype=torch.long),
+                                                   1e19)):
+        with pytest.warns(UserWarning, match="only 15"):
+            neg = call()
+        assert neg.shape == (2, 15)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA is not available")

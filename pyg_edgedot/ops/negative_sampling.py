@@ -99,6 +99,8 @@ def _as_count(name: str, arg: str, value) -> int:
                         f"(got {type(value).__name__})") from None
     if value < 0:
         raise ValueError(f"{name}: {arg} must be >= 0 (got {value})")
+    if value >= _MAX_KEYS:
+        raise ValueError(f"{name}: {arg} must be below 2**62 (got {value})")
     return value
 
 
@@ -164,7 +166,8 @@ def _resolve_count(name: str, num_samples, num_edges: int) -> int:
         if not math.isfinite(num_samples) or num_samples < 0:
             raise ValueError(f"{name}: num_neg_samples as a ratio must be finite and "
                              f">= 0 (got {num_samples})")
-        return int(num_samples * num_edges)
+        # Past the key space no graph has that many pairs: the complement is returned.
+        return min(int(num_samples * num_edges), _MAX_KEYS - 1)
     return _as_count(name, "num_neg_samples", num_samples)
 
 
@@ -882,7 +885,7 @@ def batched_negative_sampling(edge_index: Tensor, batch: Union[Tensor, Tuple[Ten
         want = num_edges.clone()
     elif isinstance(num_neg_samples, float):
         _resolve_count(name, num_neg_samples, 0)  # checks the ratio
-        want = (num_neg_samples * num_edges.double()).long()
+        want = (num_neg_samples * num_edges.double()).clamp(max=_MAX_KEYS - 1).long()
     else:
         want = torch.full((num_graphs,), _resolve_count(name, num_neg_samples, 0),
                           dtype=torch.long, device=device)
