@@ -398,16 +398,21 @@ def node_pair(num_nodes) -> tuple:
     return tuple(num_nodes) if isinstance(num_nodes, (tuple, list)) else (num_nodes,) * 2
 
 
+def check_sampler(op: str, sampler) -> None:
+    """``sampler``: a :class:`pyg_edgedot.NegativeSampler` or None."""
+    from .ops.negative_sampling import NegativeSampler
+    if sampler is not None and not isinstance(sampler, NegativeSampler):
+        raise TypeError(f"{op}: sampler must be a pyg_edgedot.NegativeSampler or None "
+                        f"(got {type(sampler).__name__})")
+
+
 def check_loss_nodes(op: str, x_src: Tensor, x_dst: Tensor, num_nodes,
                      sampler) -> Tuple[int, int]:
     """The candidate node counts ``(N_src, N_dst)``: the sampler's (which must match the
     features' rows), else ``num_nodes`` (an int or a pair, at most the rows), else the rows."""
     rows = (x_src.size(0), x_dst.size(0))
     if sampler is not None:
-        from .ops.negative_sampling import NegativeSampler
-        if not isinstance(sampler, NegativeSampler):
-            raise TypeError(f"{op}: sampler must be a pyg_edgedot.NegativeSampler "
-                            f"(got {type(sampler).__name__})")
+        check_sampler(op, sampler)
         nodes = (sampler.num_src_nodes, sampler.num_dst_nodes)
         if nodes != rows:
             raise ValueError(f"{op}: sampler was built for (N_src, N_dst) = {nodes} nodes "

@@ -48,6 +48,7 @@ class EdgeDotLoss(torch.nn.Module):
                                    loss=loss, reduction=reduction)
         self.num_negatives, self.negatives = num_negatives, negatives
         self.loss, self.reduction = loss, reduction
+        _checks.check_sampler("EdgeDotLoss", sampler)
         self.sampler, self.num_nodes = sampler, num_nodes
         if sampler is not None and negatives == "structured":
             sampler._source_rows()  # built once here, not inside a compiled forward
@@ -56,6 +57,11 @@ class EdgeDotLoss(torch.nn.Module):
                 seed: Optional[Union[int, Tensor]] = None) -> Tensor:
         if isinstance(x, Tensor):
             x = (x, x)
+        if not (isinstance(x, (tuple, list)) and len(x) == 2):
+            got = (f"a {type(x).__name__} of {len(x)}" if isinstance(x, (tuple, list))
+                   else type(x).__name__)
+            raise TypeError(f"EdgeDotLoss: x must be a Tensor or a pair (x_src, x_dst) "
+                            f"(got {got})")
         return edge_dot_loss(x[0], x[1], edge_label_index, num_negatives=self.num_negatives,
                              negatives=self.negatives, loss=self.loss,
                              reduction=self.reduction, sampler=self.sampler,

@@ -680,6 +680,18 @@ def test_structured_sampler_needs_a_negative_per_source():
                       sampler=NegativeSampler(complete, 3), seed=0)
 
 
+def test_module_bad_arguments():
+    x = torch.randn(4, 3)
+    edge_index = torch.tensor([[0, 1], [2, 3]])
+    with pytest.raises(TypeError, match="EdgeDotLoss: sampler must be a "
+                                        "pyg_edgedot.NegativeSampler or None \\(got int\\)"):
+        EdgeDotLoss(sampler=5)
+    for bad, got in (([x], "a list of 1"), ((x, x, x), "a tuple of 3"), ("x", "str")):
+        with pytest.raises(TypeError, match=f"EdgeDotLoss: x must be a Tensor or a pair "
+                                            f"\\(x_src, x_dst\\) \\(got {got}\\)"):
+            EdgeDotLoss()(bad, edge_index, seed=0)
+
+
 def test_module_is_the_function(gen):
     x_src, x_dst, positives, sampler = _problem(gen, "bipartite", torch.float32, torch.int64,
                                                 "cpu")
