@@ -87,6 +87,9 @@ class EdgeDotScore(torch.nn.Module):
                                  "EdgeDotScore(num_relations=R, channels=D)")
             return edge_dot(x_src, x_dst, edge_label_index)
         rel = self.rel if self.rel.dtype == x_src.dtype else self.rel.to(x_src.dtype)
+        if isinstance(edge_type, bool):  # an int to Python, never a relation id here
+            raise TypeError(f"EdgeDotScore: edge_type must be an int or an [E] Tensor "
+                            f"(got bool {edge_type})")
         if isinstance(edge_type, int):
             if not 0 <= edge_type < self.num_relations:
                 raise IndexError(f"EdgeDotScore: edge_type={edge_type} is out of range "

@@ -373,3 +373,6 @@ def test_module_hetero_dict_errors(gen):
         score(x_dict, {"rates": eli[("user", "rates", "item")]})
     with pytest.raises(TypeError, match="edge_type must be a dict"):
         EdgeDotScore(num_relations=3, channels=8)(x_dict, eli, torch.zeros(3))
+    with pytest.raises(TypeError, match="edge_type must be an int or an \\[E\\] Tensor "
+                                        "\\(got bool True\\)"):
+        EdgeDotScore(num_relations=3, channels=8)(x_dict, eli, {key: True for key in eli})
