@@ -33,12 +33,20 @@ def as_plain_index(index: Tensor) -> Tensor:
     return index
 
 
+def check_dense(op: str, name: str, value: Tensor) -> None:
+    """Sparse and nested tensors have no strided rows for the kernels to read."""
+    if value.layout != torch.strided or value.is_nested:
+        kind = "a nested Tensor" if value.is_nested else f"layout {value.layout}"
+        raise TypeError(f"{op}: {name} must be a dense (strided) Tensor (got {kind})")
+
+
 def check_tensor(op: str, name: str, value: object, ndim: int, shape: str,
                  dtypes: Sequence[torch.dtype], dtype_text: str) -> None:
     """``value`` a Tensor of ``ndim`` dimensions (``shape`` says which, e.g. "2-D [N, D]")
     and one of ``dtypes`` (``dtype_text`` names them)."""
     if not isinstance(value, Tensor):
         raise TypeError(f"{op}: {name} must be a Tensor (got {type(value).__name__})")
+    check_dense(op, name, value)
     if value.dim() != ndim:
         raise ValueError(f"{op}: {name} must be {shape} (got shape {tuple(value.shape)})")
     if value.dtype not in dtypes:
@@ -73,6 +81,7 @@ def check_edge_index(x_src: Tensor, edge_index: Tensor, op: str) -> Tensor:
         raise TypeError(f"{op}: edge_index must be a Tensor of shape [2, E] "
                         f"(got {type(edge_index).__name__})")
     edge_index = as_plain_index(edge_index)
+    check_dense(op, "edge_index", edge_index)
     if edge_index.dim() != 2 or edge_index.size(0) != 2:
         raise ValueError(f"{op}: edge_index must have shape [2, E] "
                          f"(got {tuple(edge_index.shape)})")
@@ -111,6 +120,7 @@ def check_relation(x_src: Tensor, num_edges: int, rel: Optional[Tensor],
         return rel, None
     if not isinstance(edge_type, Tensor):
         raise TypeError(f"{op}: edge_type must be a Tensor (got {type(edge_type).__name__})")
+    check_dense(op, "edge_type", edge_type)
     if edge_type.dim() != 1 or edge_type.size(0) != num_edges:
         raise ValueError(f"{op}: edge_type must have shape [E] = [{num_edges}] "
                          f"(got {tuple(edge_type.shape)})")
@@ -154,6 +164,7 @@ def check_real(op: str, name: str, values: Tensor) -> None:
     """``values``: a Tensor of real numbers (ranks or scores), any shape."""
     if not isinstance(values, Tensor):
         raise TypeError(f"{op}: {name} must be a Tensor (got {type(values).__name__})")
+    check_dense(op, name, values)
     if values.dtype == torch.bool or values.is_complex():
         raise TypeError(f"{op}: {name} must hold real numbers (got {values.dtype})")
 

@@ -47,6 +47,14 @@ def test_type_errors(device, gen):
     _expect(TypeError, ["edge_index"], lambda: edge_dot(x_src, x_dst, ei.tolist()))
     _expect(TypeError, ["edge_index"],
             lambda: edge_dot(x_src, x_dst, np.zeros((2, 3), dtype=np.int64)))
+    # Sparse and nested tensors: named, not the dispatcher's "could not run" error.
+    _expect(TypeError, ["x_src", "dense", "sparse_coo"],
+            lambda: edge_dot(x_src.to_sparse(), x_dst, ei))
+    _expect(TypeError, ["x_dst", "dense", "sparse_csr"],
+            lambda: edge_dot(x_src, x_dst.to_sparse_csr(), ei))
+    _expect(TypeError, ["edge_index", "dense"], lambda: edge_dot(x_src, x_dst, ei.to_sparse()))
+    nested = torch.nested.nested_tensor([x_src[:2], x_src[2:5]])
+    _expect(TypeError, ["x_src", "nested"], lambda: edge_dot(nested, x_dst, ei))
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -1,11 +1,14 @@
 """Meta tensors (shapes without data, e.g. to size a model before materializing it): models
 with ``EdgeDotScore`` or ``InnerProductDecoder``, the ranking ops, and first and second
-derivatives give the right shapes and never read an index (there is none to read)."""
+derivatives give the right shapes and never read an index (there is none to read); the
+samplers, whose output depends on the edges, say so."""
+import pytest
 import torch
 from torch_geometric.nn import GAE, SAGEConv
 
-from pyg_edgedot import (EdgeDotScore, InnerProductDecoder, edge_dot, rank_candidates,
-                         score_candidates)
+from pyg_edgedot import (EdgeDotScore, InnerProductDecoder, NegativeSampler, edge_dot,
+                         negative_sampling, rank_candidates, score_candidates,
+                         structured_negative_sampling)
 
 META = torch.device("meta")
 
@@ -48,6 +51,16 @@ def test_gae_and_hetero_on_meta():
     x_dict = {"user": torch.empty(5, 8, device=META), "item": torch.empty(7, 8, device=META)}
     out = EdgeDotScore()(x_dict, {key: _index(2, 9)})
     assert out[key].shape == (9,) and out[key].device == META
+
+
+def test_sampling_on_meta_says_why():
+    # the samplers' output depends on which pairs are edges: no meta shapes to give
+    edge_index = _index(2, 20)
+    for call in (lambda: negative_sampling(edge_index, 12),
+                 lambda: NegativeSampler(edge_index, 12),
+                 lambda: structured_negative_sampling(edge_index, 12)):
+        with pytest.raises(NotImplementedError, match="edge_index is on the meta device"):
+            call()
 
 
 def test_ops_and_double_backward_on_meta():

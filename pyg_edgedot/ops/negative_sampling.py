@@ -80,6 +80,10 @@ def _as_plain_index(name: str, edge_index) -> Tensor:
     as_tensor = getattr(edge_index, "as_tensor", None)
     if as_tensor is not None and type(edge_index) is not Tensor:
         edge_index = as_tensor()  # torch_geometric.EdgeIndex -> plain Tensor
+    _checks.check_dense(name, "edge_index", edge_index)
+    if edge_index.device.type == "meta":
+        raise NotImplementedError(f"{name}: edge_index is on the meta device; sampling "
+                                  f"needs its values (which pairs are edges)")
     if edge_index.dim() != 2 or edge_index.size(0) != 2:
         raise ValueError(f"{name}: edge_index must have shape [2, E] "
                          f"(got {list(edge_index.shape)})")
