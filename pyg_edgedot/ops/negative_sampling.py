@@ -703,7 +703,10 @@ class NegativeSampler:
                           generator: Optional[torch.Generator] = None) -> Tensor:
         r"""``k`` negative destinations per given source, structured style: for each
         ``src_index[s]`` = ``i``, ``k`` i.i.d. uniform ``j`` with ``(i, j)`` not an edge
-        (and ``j != i`` unless ``self_loops``). Draws for one source may repeat.
+        (and ``j != i`` unless ``self_loops``). Draws for one source may repeat. The first
+        call builds and keeps a row pointer over all sources (``N_src + 1`` int64, as
+        :func:`structured_negative_sampling` and the structured loss do): memory in
+        ``N_src``, not only in ``E``.
 
         Args:
             src_index (Tensor): ``[S]`` int32/int64 source nodes, ``0 <= i < N_src``.
