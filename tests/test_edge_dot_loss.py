@@ -680,6 +680,15 @@ def test_structured_sampler_needs_a_negative_per_source():
                       sampler=NegativeSampler(complete, 3), seed=0)
 
 
+def test_loss_negatives_past_int32_node_ids():
+    # an int32 edge_index with ids past int32's range: int64 negatives, never wrapped
+    edge_index = torch.tensor([[0], [0]], dtype=torch.int32)
+    neg = loss_negatives(edge_index, 3, 64, negatives="uniform", num_nodes=(1, 3_000_000_000))
+    assert neg.dtype == torch.int64 and int(neg.min()) >= 0 and int(neg.max()) > 2 ** 31
+    small = loss_negatives(edge_index, 3, 4, negatives="uniform", num_nodes=(1, 30))
+    assert small.dtype == torch.int32
+
+
 def test_module_bad_arguments():
     x = torch.randn(4, 3)
     edge_index = torch.tensor([[0, 1], [2, 3]])

@@ -45,7 +45,8 @@ from torch import Tensor
 
 from .. import _checks
 from . import _chunked
-from .negative_sampling import _DIRECTED, _NO_LOOPS, NegativeSampler, _decode, _rank_to_key
+from .negative_sampling import (_DIRECTED, _NO_LOOPS, NegativeSampler, _decode, _index_dtype,
+                                _rank_to_key)
 
 NAME = "edge_dot_loss"
 KERNELS = ("cpu", "cuda")  # csrc/{cpu,cuda}/edge_dot_loss_kernel.* (see pyg_edgedot._backend)
@@ -279,7 +280,8 @@ def loss_negatives(edge_index: Tensor, seed: Union[int, Tensor], num_negatives: 
                    negatives: str = "structured", sampler: Optional[NegativeSampler] = None,
                    num_nodes: Optional[NumNodes] = None) -> Tensor:
     """The negatives :func:`edge_dot_loss` draws for ``edge_index`` with this ``seed`` and
-    these options, materialized: ``[2, E, K]`` (source, destination), ``edge_index``'s dtype.
+    these options, materialized: ``[2, E, K]`` (source, destination), ``edge_index``'s dtype
+    (int64 where int32 cannot hold the node ids).
     ``num_nodes`` is ``(N_src, N_dst)`` (the features' rows) when there is no ``sampler``.
     For inspection and tests; the loss never builds this tensor."""
     op = "loss_negatives"
@@ -294,7 +296,7 @@ def loss_negatives(edge_index: Tensor, seed: Union[int, Tensor], num_negatives: 
     space = _space_of(op, edge_index.device, nodes, edge_index[0], seed, num_negatives,
                       negatives, sampler, True)
     neg_src, neg_dst = negatives_of(space, edge_index[0], 0)
-    return torch.stack([neg_src, neg_dst]).to(edge_index.dtype)
+    return torch.stack([neg_src, neg_dst]).to(_index_dtype(edge_index.dtype, *nodes))
 
 
 # ---------------------------------------------------------------------------------------
