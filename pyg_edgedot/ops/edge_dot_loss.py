@@ -251,7 +251,8 @@ def edge_dot_loss(x_src: Tensor, x_dst: Tensor, edge_index: Tensor, *, num_negat
             :func:`pyg_edgedot.edge_dot` (unchecked: the loss is NaN and that positive and
             its negatives contribute no gradient); with a structured ``sampler``, also raise
             ``ValueError`` for a source with no negative destination (one check per
-            sampler, repeated per call only if its graph has such nodes).
+            sampler, repeated per call only if its graph has such nodes; unchecked, such a
+            source's negatives are edges of the sampler's graph).
 
     Returns:
         Tensor: ``[]`` the loss, in the dtype of the features (accumulated in float32, or
