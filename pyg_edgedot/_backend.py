@@ -130,12 +130,14 @@ def _register(table: Table, build: _build.BuildResult, groups: Sequence) -> None
         group.register_fake_and_autograd()
 
 
-def _warn(build: _build.BuildResult, table: Table) -> None:
+def _warn(config: Config, build: _build.BuildResult, table: Table) -> None:
     if build.extension is None:
+        fix = (" (unset it for the compiled kernels)" if config.force_fallback else
+               ". To fix it, install a C++ compiler and ninja (`pip install ninja`), then run "
+               "`python -m pyg_edgedot --build` to see the full build log")
         warnings.warn(
-            f"pyg_edgedot: using the slower pure-PyTorch fallback because {build.cpu_error}. "
-            "To fix it, install a C++ compiler and ninja (`pip install ninja`), then run "
-            "`python -m pyg_edgedot --build` to see the full build log.", stacklevel=4)
+            f"pyg_edgedot: using the slower pure-PyTorch fallback because "
+            f"{build.cpu_error}{fix}.", stacklevel=4)
     elif torch.cuda.is_available() and table["edge_dot", "cuda"].impl == "python":
         warnings.warn(
             f"pyg_edgedot: CUDA tensors use the slower pure-PyTorch fallback because "
@@ -156,7 +158,7 @@ def load() -> None:
     table = decide(build, triton_error, {g.NAME: describe(g) for g in groups})
     _register(table, build, groups)
     _LOADED = _Loaded(config, build, triton_error, table)
-    _warn(build, table)
+    _warn(config, build, table)
 
 
 def loaded() -> _Loaded:

@@ -179,6 +179,7 @@ def test_forced_fallback_subprocess():
     assert len(fallback_warnings) == 1, (
         f"expected exactly one UserWarning about the fallback, got {fallback_warnings}")
     assert "PYG_EDGEDOT_FORCE_FALLBACK" in fallback_warnings[0]
+    assert "install" not in fallback_warnings[0]  # nothing to fix: it was asked for
     # Forced fallback builds nothing.
     assert result["library_path"] is None
     assert "compiling" not in stderr
