@@ -328,6 +328,33 @@ def test_int32_edge_index_past_int32_node_ids(gen):
     assert NegativeSampler(edge_index, (1, 2 ** 31)).index_dtype == torch.int32
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_structured_functions_need_no_row_pointer(gen, device, monkeypatch):
+    # the one-shot functions stay O(E) in memory as PyG's: no [N + 1] row pointer, the same
+    # draws as a sampler that keeps one
+    edge_index = random_graph(gen, 49, 50, 400) + torch.tensor([[1], [0]])
+    node0 = torch.stack([torch.zeros(49, dtype=torch.long), torch.arange(1, 50)])
+    edge_index = torch.cat([node0, edge_index], 1).to(device)  # node 0: only (0, 0) left
+    kept = NegativeSampler(edge_index, 50, self_loops=True)
+    want = kept.sample_per_source(edge_index[0], 1, generator=device_gen(5, device)).view(-1)
+
+    def no_row_pointer(self):
+        raise AssertionError("built the O(N) row pointer")
+    monkeypatch.setattr(NegativeSampler, "_source_rows", no_row_pointer)
+    i, j, k = structured_negative_sampling(edge_index, 50, generator=device_gen(5, device))
+    assert torch.equal(k, want)
+    assert structured_negative_sampling_feasible(edge_index, 50)
+    assert not structured_negative_sampling_feasible(edge_index, 50, False)
+    huge = torch.tensor([[0, 1, 2], [1, 2, 0]], device=device)
+    _, _, k = structured_negative_sampling(huge, 2 ** 31 - 1)
+    assert k.shape == (3,) and bool((k >= 0).all())
+    assert structured_negative_sampling_feasible(huge, 2 ** 31 - 1)
+    assert not structured_negative_sampling_feasible(torch.empty(2, 0, dtype=torch.long,
+                                                                 device=device), 1, False)
+    assert structured_negative_sampling_feasible(torch.empty(2, 0, dtype=torch.long,
+                                                             device=device), 0)
+
+
 def test_large_node_count_no_quadratic_memory(gen):
     num_nodes = 3_000_000  # N^2 keys = 9e12: any dense mask would need terabytes
     edge_index = random_graph(gen, num_nodes, num_nodes, 5000)

@@ -693,6 +693,19 @@ class NegativeSampler:
             self._row_ptr = torch.searchsorted(space.excluded, bounds)
         return self._row_ptr
 
+    def _free_of(self, src: Tensor) -> Tuple[Tensor, Tensor]:
+        """(negative destinations of each ``src``, excluded keys before its row): from the
+        kept row pointer if there is one, else by binary search in O(S) memory (what the
+        one-shot functions use, whose memory stays O(E) however large N is, as PyG's)."""
+        width = _row_width(self._directed.mode, self.num_dst_nodes)
+        if self._row_ptr is not None:
+            before, after = self._row_ptr[src], self._row_ptr[src + 1]
+        else:
+            excluded = self._directed.excluded
+            before = torch.searchsorted(excluded, src * width)
+            after = torch.searchsorted(excluded, (src + 1) * width)
+        return width - (after - before), before
+
     def _free_per_source(self) -> Tensor:
         """[N_src]: number of negative destinations of each source."""
         row_ptr = self._source_rows()
@@ -704,9 +717,10 @@ class NegativeSampler:
         r"""``k`` negative destinations per given source, structured style: for each
         ``src_index[s]`` = ``i``, ``k`` i.i.d. uniform ``j`` with ``(i, j)`` not an edge
         (and ``j != i`` unless ``self_loops``). Draws for one source may repeat. The first
-        call builds and keeps a row pointer over all sources (``N_src + 1`` int64, as
-        :func:`structured_negative_sampling` and the structured loss do): memory in
-        ``N_src``, not only in ``E``.
+        call builds and keeps a row pointer over all sources (``N_src + 1`` int64, as the
+        structured loss does), so later calls pay O(1) per source: memory in ``N_src``.
+        The one-shot :func:`structured_negative_sampling` searches per source instead and
+        stays O(E), as PyG's.
 
         Args:
             src_index (Tensor): ``[S]`` int32/int64 source nodes, ``0 <= i < N_src``.
@@ -724,7 +738,8 @@ class NegativeSampler:
         return self._sample_per_source(src_index, k, generator, self._name)
 
     def _sample_per_source(self, src_index, k, generator, name,
-                           dtype: Optional[torch.dtype] = None) -> Tensor:
+                           dtype: Optional[torch.dtype] = None,
+                           keep_rows: bool = True) -> Tensor:
         _check_generator(name, generator, self.device)
         k = _as_count(name, "k", k)
         _checks.check_tensor(name, "src_index", src_index, 1, "1-D [S]", _checks.INDEX_DTYPES,
@@ -744,15 +759,16 @@ class NegativeSampler:
             return torch.empty(out_shape, dtype=dtype, device=self.device)
         space = self._directed
         width = _row_width(space.mode, self.num_dst_nodes)
-        row_ptr = self._source_rows()
-        free = width - (row_ptr[src + 1] - row_ptr[src])
+        if keep_rows:
+            self._source_rows()  # O(N_src) once, then O(1) per source on every call
+        free, before = self._free_of(src)
         if bool((free == 0).any()):
             node = int(src[free == 0][0])
             raise ValueError(f"{name}: node {node} is connected to all its candidate "
                              f"destinations, so it has no negative (see "
                              f"structured_negative_sampling_feasible)")
         # Rank of (i, 0) among all complement keys: i * width minus excluded keys before.
-        start = src * width - row_ptr[src]
+        start = src * width - before
         ranks = (start.unsqueeze(1)
                  + _randint_below(free.unsqueeze(1).expand(out_shape), generator,
                                   self.device))
@@ -955,7 +971,8 @@ def structured_negative_sampling(edge_index: Tensor, num_nodes: Optional[int] = 
     sampler = NegativeSampler(edge_index, num_nodes, self_loops=contains_neg_self_loops,
                               _name=name)
     plain = _as_plain_index(name, edge_index)
-    neg = sampler._sample_per_source(plain[0], 1, generator, name, torch.int64).view(-1)
+    neg = sampler._sample_per_source(plain[0], 1, generator, name, torch.int64,
+                                     keep_rows=False).view(-1)
     return plain[0], plain[1], neg
 
 
@@ -972,4 +989,11 @@ def structured_negative_sampling_feasible(edge_index: Tensor,
         raise TypeError(f"{name}: num_nodes must be an int (got {tuple(num_nodes)})")
     sampler = NegativeSampler(edge_index, num_nodes, self_loops=contains_neg_self_loops,
                               _name=name)
-    return bool((sampler._free_per_source() > 0).all())
+    if sampler.num_src_nodes == 0:
+        return True
+    # A source without edges has all its candidates: only the sources of edges can lack
+    # a negative, unless a row has no candidate at all (one node, no self-loops).
+    if _row_width(sampler._directed.mode, sampler.num_dst_nodes) == 0:
+        return False
+    sources = torch.unique(_as_plain_index(name, edge_index)[0].long())
+    return bool((sampler._free_of(sources)[0] > 0).all())
