@@ -329,30 +329,36 @@ def test_int32_edge_index_past_int32_node_ids(gen):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_structured_functions_need_no_row_pointer(gen, device, monkeypatch):
-    # the one-shot functions stay O(E) in memory as PyG's: no [N + 1] row pointer, the same
-    # draws as a sampler that keeps one
+def test_structured_functions_memory_is_o_of_e(gen, device, monkeypatch):
+    # the one-shot functions stay O(E) in memory as PyG's: a row pointer over the sources
+    # only where N <= 4 E, else a binary search per source; the draws are a kept sampler's
     edge_index = random_graph(gen, 49, 50, 400) + torch.tensor([[1], [0]])
     node0 = torch.stack([torch.zeros(49, dtype=torch.long), torch.arange(1, 50)])
     edge_index = torch.cat([node0, edge_index], 1).to(device)  # node 0: only (0, 0) left
-    kept = NegativeSampler(edge_index, 50, self_loops=True)
-    want = kept.sample_per_source(edge_index[0], 1, generator=device_gen(5, device)).view(-1)
+    want = {n: NegativeSampler(edge_index, n, self_loops=True).sample_per_source(
+        edge_index[0], 1, generator=device_gen(5, device)).view(-1) for n in (50, 5000)}
+    built = []
+    row_pointer = NegativeSampler._row_pointer
 
-    def no_row_pointer(self):
-        raise AssertionError("built the O(N) row pointer")
-    monkeypatch.setattr(NegativeSampler, "_source_rows", no_row_pointer)
-    i, j, k = structured_negative_sampling(edge_index, 50, generator=device_gen(5, device))
-    assert torch.equal(k, want)
-    assert structured_negative_sampling_feasible(edge_index, 50)
-    assert not structured_negative_sampling_feasible(edge_index, 50, False)
+    def recording(self):
+        assert self.num_src_nodes <= 4 * edge_index.size(1), "an O(N) row pointer, N > 4 E"
+        built.append(self.num_src_nodes)
+        return row_pointer(self)
+    monkeypatch.setattr(NegativeSampler, "_row_pointer", recording)
+    for n in (50, 5000):  # with a row pointer, then by search
+        _, _, k = structured_negative_sampling(edge_index, n, generator=device_gen(5, device))
+        assert torch.equal(k, want[n])
+        assert structured_negative_sampling_feasible(edge_index, n)
+        # without self-loops node 0 has no candidate left at n = 50, thousands at 5000
+        assert structured_negative_sampling_feasible(edge_index, n, False) == (n == 5000)
+    assert built == [50, 50, 50]
     huge = torch.tensor([[0, 1, 2], [1, 2, 0]], device=device)
     _, _, k = structured_negative_sampling(huge, 2 ** 31 - 1)
     assert k.shape == (3,) and bool((k >= 0).all())
     assert structured_negative_sampling_feasible(huge, 2 ** 31 - 1)
-    assert not structured_negative_sampling_feasible(torch.empty(2, 0, dtype=torch.long,
-                                                                 device=device), 1, False)
-    assert structured_negative_sampling_feasible(torch.empty(2, 0, dtype=torch.long,
-                                                             device=device), 0)
+    empty = torch.empty(2, 0, dtype=torch.long, device=device)
+    assert not structured_negative_sampling_feasible(empty, 1, False)
+    assert structured_negative_sampling_feasible(empty, 0)
 
 
 def test_large_node_count_no_quadratic_memory(gen):

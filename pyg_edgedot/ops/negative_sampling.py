@@ -684,22 +684,32 @@ class NegativeSampler:
         _checks.VALIDATED.add([(out, (self.num_src_nodes, self.num_dst_nodes))])
         return out
 
-    def _source_rows(self) -> Tensor:
+    def _row_pointer(self) -> Tensor:
         """[N_src + 1]: excluded keys before each row of the directed key space."""
+        width = _row_width(self._directed.mode, self.num_dst_nodes)
+        bounds = torch.arange(self.num_src_nodes + 1, device=self.device) * width
+        return torch.searchsorted(self._directed.excluded, bounds)
+
+    def _source_rows(self) -> Tensor:
+        """The row pointer, built once and kept."""
         if self._row_ptr is None:
-            space = self._directed
-            width = _row_width(space.mode, self.num_dst_nodes)
-            bounds = torch.arange(self.num_src_nodes + 1, device=self.device) * width
-            self._row_ptr = torch.searchsorted(space.excluded, bounds)
+            self._row_ptr = self._row_pointer()
         return self._row_ptr
 
-    def _free_of(self, src: Tensor) -> Tuple[Tensor, Tensor]:
-        """(negative destinations of each ``src``, excluded keys before its row): from the
-        kept row pointer if there is one, else by binary search in O(S) memory (what the
-        one-shot functions use, whose memory stays O(E) however large N is, as PyG's)."""
-        width = _row_width(self._directed.mode, self.num_dst_nodes)
+    def _rows_for(self, num_queries: int) -> Optional[Tensor]:
+        """A row pointer for a one-shot query of ``num_queries`` sources, or None where
+        building one would cost more memory than the queries (N_src > 4 x queries; a
+        binary search per source then keeps the call O(queries), as PyG's is O(E))."""
         if self._row_ptr is not None:
-            before, after = self._row_ptr[src], self._row_ptr[src + 1]
+            return self._row_ptr
+        return self._row_pointer() if self.num_src_nodes <= 4 * num_queries else None
+
+    def _free_of(self, src: Tensor, row_ptr: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
+        """(negative destinations of each ``src``, excluded keys before its row), from
+        ``row_ptr`` or, without one, by two binary searches per source."""
+        width = _row_width(self._directed.mode, self.num_dst_nodes)
+        if row_ptr is not None:
+            before, after = row_ptr[src], row_ptr[src + 1]
         else:
             excluded = self._directed.excluded
             before = torch.searchsorted(excluded, src * width)
@@ -759,9 +769,8 @@ class NegativeSampler:
             return torch.empty(out_shape, dtype=dtype, device=self.device)
         space = self._directed
         width = _row_width(space.mode, self.num_dst_nodes)
-        if keep_rows:
-            self._source_rows()  # O(N_src) once, then O(1) per source on every call
-        free, before = self._free_of(src)
+        row_ptr = self._source_rows() if keep_rows else self._rows_for(src.numel())
+        free, before = self._free_of(src, row_ptr)
         if bool((free == 0).any()):
             node = int(src[free == 0][0])
             raise ValueError(f"{name}: node {node} is connected to all its candidate "
@@ -995,5 +1004,10 @@ def structured_negative_sampling_feasible(edge_index: Tensor,
     # a negative, unless a row has no candidate at all (one node, no self-loops).
     if _row_width(sampler._directed.mode, sampler.num_dst_nodes) == 0:
         return False
-    sources = torch.unique(_as_plain_index(name, edge_index)[0].long())
-    return bool((sampler._free_of(sources)[0] > 0).all())
+    sources = _as_plain_index(name, edge_index)[0].long()
+    row_ptr = sampler._rows_for(sources.numel())
+    if row_ptr is not None:
+        free = _row_width(sampler._directed.mode, sampler.num_dst_nodes) - row_ptr.diff()
+    else:
+        free = sampler._free_of(torch.unique(sources), None)[0]
+    return bool((free > 0).all())
