@@ -729,8 +729,8 @@ class NegativeSampler:
         (and ``j != i`` unless ``self_loops``). Draws for one source may repeat. The first
         call builds and keeps a row pointer over all sources (``N_src + 1`` int64, as the
         structured loss does), so later calls pay O(1) per source: memory in ``N_src``.
-        The one-shot :func:`structured_negative_sampling` searches per source instead and
-        stays O(E), as PyG's.
+        The one-shot :func:`structured_negative_sampling` keeps none and stays O(E), as
+        PyG's (a temporary pointer where ``N_src <= 4 E``, else a search per source).
 
         Args:
             src_index (Tensor): ``[S]`` int32/int64 source nodes, ``0 <= i < N_src``.
