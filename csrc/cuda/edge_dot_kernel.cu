@@ -1107,6 +1107,32 @@ inline int fused_rows_per_block(int64_t num_edges, const int64_t* num_rows, int 
   return 0;
 }
 
+// The dynamic shared memory a launch of `kernel` may ask for on `device`: the device's
+// per-block opt-in maximum less the kernel's static shared memory, at most `most` (what the
+// largest launch asks). Past 48 KB a kernel must be allowed its dynamic shared memory, once
+// per device: done here with that limit, which `cache` (zero: not yet) keeps per device.
+// The fused small-E backward's largest launch asks 164-197 KB: an H100 / H200 block may opt
+// in to 227 KB, an A100's to 163 KB, sm_86 / sm_89 / sm_120's to 99 KB.
+inline int64_t allow_dynamic_shared(const void* kernel, int device, int64_t most,
+                                    std::atomic<int64_t>* cache) {
+  int64_t limit = cache[device & 63].load(std::memory_order_relaxed);
+  if (limit == 0) {
+    int optin = 0;
+    C10_CUDA_CHECK(
+        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    cudaFuncAttributes attributes;
+    C10_CUDA_CHECK(cudaFuncGetAttributes(&attributes, kernel));
+    limit = std::max<int64_t>(
+        1, std::min<int64_t>(most, optin - static_cast<int64_t>(attributes.sharedSizeBytes)));
+    if (limit > 48 * 1024) {
+      C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          static_cast<int>(limit)));
+    }
+    cache[device & 63].store(limit, std::memory_order_relaxed);
+  }
+  return limit;
+}
+
 // A gradient side as the host holds it (x_other, other_index undefined without TRIPLE).
 template <typename scalar_t>
 struct SmallGradSide {
@@ -1155,26 +1181,27 @@ void launch_small_grads(const at::Tensor& grad_out, const SmallGradSide<scalar_t
   }
   const Side& second = side[num_sides - 1];
 
-  if (const int fused_rows = fused_rows_per_block(num_edges, rows, num_sides)) {
-    const Kernel kernel = edge_dot_grad_small_fused_kernel<scalar_t, index_t, VEC, TRIPLE>;
-    // Past 48 KB a kernel's dynamic shared memory must be allowed, once per device: allow the
-    // most any launch of this instance asks (E = 2^15, a long row, D = 32 * VEC).
-    static std::atomic<uint64_t> allowed{0};
-    const uint64_t bit = uint64_t{1} << (grad_out.get_device() & 63);
-    if ((allowed.load(std::memory_order_relaxed) & bit) == 0) {
-      C10_CUDA_CHECK(cudaFuncSetAttribute(
-          kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-          static_cast<int>(fused_dynamic_bytes<acc_t>(kFusedMaxEdges, int64_t{kWarp} * VEC,
-                                                      piece_edges_for(kFusedMaxEdges)))));
-      allowed.fetch_or(bit, std::memory_order_relaxed);
-    }
+  // One fused launch where E and the rows allow and its shared memory fits a block of this
+  // device: always on sm_90; by fused_dynamic_bytes at float32, D = 128, up to E ~ 29K on an
+  // A100 and ~16K on sm_86 / sm_89. The rest take the two-launch path below.
+  const Kernel kernel = edge_dot_grad_small_fused_kernel<scalar_t, index_t, VEC, TRIPLE>;
+  const int fused_rows = fused_rows_per_block(num_edges, rows, num_sides);
+  const int64_t fused_bytes = fused_dynamic_bytes<acc_t>(num_edges, feat_dim, piece_edges);
+  static std::atomic<int64_t> fused_limit[64];
+  if (fused_rows != 0 &&
+      fused_bytes <= allow_dynamic_shared(
+                         reinterpret_cast<const void*>(kernel), grad_out.get_device(),
+                         // the most any launch of this instance asks: E = 2^15, a long row,
+                         // D = 32 * VEC
+                         fused_dynamic_bytes<acc_t>(kFusedMaxEdges, int64_t{kWarp} * VEC,
+                                                    piece_edges_for(kFusedMaxEdges)),
+                         fused_limit)) {
     const int64_t first_blocks = (rows[0] + fused_rows - 1) / fused_rows;
     const int64_t blocks =
         first_blocks + (num_sides > 1 ? (rows[1] + fused_rows - 1) / fused_rows : 0);
-    kernel<<<blocks, kFusedThreads, fused_dynamic_bytes<acc_t>(num_edges, feat_dim, piece_edges),
-             stream>>>(grad_out.const_data_ptr<scalar_t>(), side[0], second,
-                       num_sides > 1 ? first_blocks : never, fused_rows, num_edges, feat_dim,
-                       piece_edges);
+    kernel<<<blocks, kFusedThreads, fused_bytes, stream>>>(
+        grad_out.const_data_ptr<scalar_t>(), side[0], second,
+        num_sides > 1 ? first_blocks : never, fused_rows, num_edges, feat_dim, piece_edges);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     return;
   }
