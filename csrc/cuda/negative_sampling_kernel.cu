@@ -303,9 +303,24 @@ std::tuple<at::Tensor, at::Tensor> sort_pairs(const at::Tensor& keys, const at::
   return {keys_out, values_out};
 }
 
+// CUB 3 (CUDA 13) takes DeviceSelect's num_items as an int64 (its headers say so); older
+// releases took an int, which would wrap a count past 2^31 - 1 and select from a prefix:
+// refused under CUB 2 rather than guessing which of its releases changed that.
+inline void check_select_items(const char* what, int64_t n) {
+#if CUB_VERSION < 300000
+  PYG_EDGEDOT_CHECK(n <= std::numeric_limits<int>::max(), what, ": ", std::to_string(n),
+                    " items are more than this CUB's DeviceSelect takes (2^31 - 1); build "
+                    "with CUDA 13 for larger graphs");
+#else
+  (void)what;
+  (void)n;
+#endif
+}
+
 // The distinct values of in[0, n) (sorted) into out, their count into *num (on the device).
 void select_unique(const int64_t* in, int64_t* out, int64_t* num, int64_t n,
                    const at::TensorOptions& options, cudaStream_t stream) {
+  check_select_items("negative sampling (the excluded keys)", n);
   size_t temp_bytes = 0;
   C10_CUDA_CHECK(cub::DeviceSelect::Unique(nullptr, temp_bytes, in, out, num, n, stream));
   at::Tensor temp = at::empty({static_cast<int64_t>(temp_bytes)}, options.dtype(at::kByte));
@@ -322,6 +337,7 @@ struct IsKey {
 // (on the device).
 void select_keys(int64_t* keys, int64_t* num, int64_t n, const at::TensorOptions& options,
                  cudaStream_t stream) {
+  check_select_items("negative_sample (the draws)", n);
   size_t temp_bytes = 0;
   C10_CUDA_CHECK(cub::DeviceSelect::If(nullptr, temp_bytes, keys, num, n, IsKey(), stream));
   at::Tensor temp = at::empty({static_cast<int64_t>(temp_bytes)}, options.dtype(at::kByte));
