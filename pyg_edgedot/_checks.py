@@ -384,8 +384,9 @@ def check_loss_options(op: str, num_negatives, **choices: str) -> int:
     if isinstance(num_negatives, bool) or not isinstance(num_negatives, int):
         raise TypeError(f"{op}: num_negatives must be an int (got "
                         f"{type(num_negatives).__name__})")
-    if num_negatives < 1:
-        raise ValueError(f"{op}: num_negatives must be >= 1 (got {num_negatives})")
+    if not 1 <= num_negatives < 2 ** 62:  # the kernels' 1 + K and E * K stay in int64
+        raise ValueError(f"{op}: num_negatives must be >= 1 and below 2**62 "
+                         f"(got {num_negatives})")
     for name, value in choices.items():
         if value not in LOSS_CHOICES[name]:
             allowed = " or ".join(repr(c) for c in LOSS_CHOICES[name])

@@ -618,6 +618,7 @@ def test_bad_arguments(gen):
                                                 "cpu")
     cases = [
         (dict(num_negatives=0), ValueError, "num_negatives must be >= 1"),
+        (dict(num_negatives=2 ** 63 - 1), ValueError, "num_negatives must be >= 1 and below"),
         (dict(num_negatives=1.5), TypeError, "num_negatives must be an int"),
         (dict(negatives="random"), ValueError, "negatives must be 'structured' or 'uniform'"),
         (dict(loss="hinge"), ValueError, "loss must be 'bce' or 'bpr'"),
