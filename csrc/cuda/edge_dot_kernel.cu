@@ -1111,8 +1111,8 @@ inline int fused_rows_per_block(int64_t num_edges, const int64_t* num_rows, int 
 // per-block opt-in maximum less the kernel's static shared memory, at most `most` (what the
 // largest launch asks). Past 48 KB a kernel must be allowed its dynamic shared memory, once
 // per device: done here with that limit, which `cache` (zero: not yet) keeps per device.
-// The fused small-E backward's largest launch asks 164-197 KB: an H100 / H200 block may opt
-// in to 227 KB, an A100's to 163 KB, sm_86 / sm_89 / sm_120's to 99 KB.
+// The fused small-E backward's largest launch asks 167,936-196,608 bytes: an H100 / H200
+// block may opt in to 232,448, an A100's to 166,912, sm_86 / sm_89 / sm_120's to 101,376.
 inline int64_t allow_dynamic_shared(const void* kernel, int device, int64_t most,
                                     std::atomic<int64_t>* cache) {
   int64_t limit = cache[device & 63].load(std::memory_order_relaxed);
