@@ -684,10 +684,14 @@ class NegativeSampler:
         _checks.VALIDATED.add([(out, (self.num_src_nodes, self.num_dst_nodes))])
         return out
 
+    @property
+    def _width(self) -> int:
+        """Candidate destinations of a source (a row of the directed key space)."""
+        return _row_width(self._directed.mode, self.num_dst_nodes)
+
     def _row_pointer(self) -> Tensor:
         """[N_src + 1]: excluded keys before each row of the directed key space."""
-        width = _row_width(self._directed.mode, self.num_dst_nodes)
-        bounds = torch.arange(self.num_src_nodes + 1, device=self.device) * width
+        bounds = torch.arange(self.num_src_nodes + 1, device=self.device) * self._width
         return torch.searchsorted(self._directed.excluded, bounds)
 
     def _source_rows(self) -> Tensor:
@@ -707,7 +711,7 @@ class NegativeSampler:
     def _free_of(self, src: Tensor, row_ptr: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
         """(negative destinations of each ``src``, excluded keys before its row), from
         ``row_ptr`` or, without one, by two binary searches per source."""
-        width = _row_width(self._directed.mode, self.num_dst_nodes)
+        width = self._width
         if row_ptr is not None:
             before, after = row_ptr[src], row_ptr[src + 1]
         else:
@@ -716,11 +720,12 @@ class NegativeSampler:
             after = torch.searchsorted(excluded, (src + 1) * width)
         return width - (after - before), before
 
-    def _free_per_source(self) -> Tensor:
-        """[N_src]: number of negative destinations of each source."""
-        row_ptr = self._source_rows()
-        width = _row_width(self._directed.mode, self.num_dst_nodes)
-        return width - (row_ptr[1:] - row_ptr[:-1])
+    def _free_per_source(self, row_ptr: Optional[Tensor] = None) -> Tensor:
+        """[N_src]: number of negative destinations of each source (from ``row_ptr``, by
+        default the kept one)."""
+        if row_ptr is None:
+            row_ptr = self._source_rows()
+        return self._width - row_ptr.diff()
 
     def sample_per_source(self, src_index: Tensor, k: int = 1, *,
                           generator: Optional[torch.Generator] = None) -> Tensor:
@@ -768,7 +773,7 @@ class NegativeSampler:
         if src.numel() == 0 or k == 0:
             return torch.empty(out_shape, dtype=dtype, device=self.device)
         space = self._directed
-        width = _row_width(space.mode, self.num_dst_nodes)
+        width = self._width
         row_ptr = self._source_rows() if keep_rows else self._rows_for(src.numel())
         free, before = self._free_of(src, row_ptr)
         if bool((free == 0).any()):
@@ -979,7 +984,7 @@ def structured_negative_sampling(edge_index: Tensor, num_nodes: Optional[int] = 
         raise TypeError(f"{name}: num_nodes must be an int (got {tuple(num_nodes)})")
     sampler = NegativeSampler(edge_index, num_nodes, self_loops=contains_neg_self_loops,
                               _name=name)
-    plain = _as_plain_index(name, edge_index)
+    plain = sampler._edge_index
     neg = sampler._sample_per_source(plain[0], 1, generator, name, torch.int64,
                                      keep_rows=False).view(-1)
     return plain[0], plain[1], neg
@@ -1002,12 +1007,12 @@ def structured_negative_sampling_feasible(edge_index: Tensor,
         return True
     # A source without edges has all its candidates: only the sources of edges can lack
     # a negative, unless a row has no candidate at all (one node, no self-loops).
-    if _row_width(sampler._directed.mode, sampler.num_dst_nodes) == 0:
+    if sampler._width == 0:
         return False
-    sources = _as_plain_index(name, edge_index)[0].long()
+    sources = sampler._edge_index[0].long()
     row_ptr = sampler._rows_for(sources.numel())
     if row_ptr is not None:
-        free = _row_width(sampler._directed.mode, sampler.num_dst_nodes) - row_ptr.diff()
+        free = sampler._free_per_source(row_ptr)
     else:
         free = sampler._free_of(torch.unique(sources), None)[0]
     return bool((free > 0).all())
