@@ -125,6 +125,15 @@ def epoch_times(graph: str, graph_args: List[str], label: str, rounds: int, sect
               + f" | {pyg_epoch / epoch:.2f}x |", flush=True)
 
 
+def cpu_model() -> Optional[str]:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next((line.split(":", 1)[1].strip() for line in f
+                         if line.startswith("model name")), None)
+    except OSError:
+        return None
+
+
 def git_commit() -> Optional[str]:
     try:
         return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
@@ -176,7 +185,8 @@ def main() -> None:
             {"command": ["python", "benchmarks/bench_examples_cpu.py", *sys.argv[1:]],
              "commit": git_commit(), "started": started,
              "finished": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-             "cpu_count": os.cpu_count(), "env": env, "runs": runs}, indent=1))
+             "cpu_count": os.cpu_count(), "cpu_model": cpu_model(), "env": env,
+             "runs": runs}, indent=1))
         print(f"\nwrote {args.out}")
 
 
