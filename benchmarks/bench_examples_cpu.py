@@ -54,18 +54,17 @@ def run_example(args: List[str]) -> Dict:
     """One example process; its --json report, plus the command and wall time."""
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "run.json"
-        cmd = [sys.executable, "examples/link_pred.py", "--device", "cpu", "--no-progress",
-               *args, "--json", str(path)]
+        command = ["examples/link_pred.py", "--device", "cpu", "--no-progress", *args]
         env = dict(os.environ, OMP_NUM_THREADS="1")
         start = time.perf_counter()
-        done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+        done = subprocess.run([sys.executable, *command, "--json", str(path)], cwd=ROOT,
+                              env=env, capture_output=True, text=True)
         wall = time.perf_counter() - start
         if done.returncode != 0:
-            raise RuntimeError(f"{' '.join(cmd)} failed:\n{done.stderr[-2000:]}")
+            raise RuntimeError(f"python {' '.join(command)} failed:\n{done.stderr[-2000:]}")
         doc = json.loads(path.read_text())
     doc.pop("history", None)  # per-epoch losses and metrics: the summary is enough here
-    doc["command"] = ["python", "examples/link_pred.py", "--device", "cpu", "--no-progress",
-                      *args]
+    doc["command"] = ["python", *command]
     doc["wall_s"] = wall
     return doc
 
@@ -87,9 +86,10 @@ def quality(graphs: Dict[str, List[str]], seeds: List[int], runs: List[Dict]) ->
         for seed in seeds:
             for name, extra in PIPELINES.items():
                 doc = run_example([*graph_args, "--seed", str(seed), *extra])
+                result = summary(doc)
                 runs.append({"section": "quality", "graph": graph, "pipeline": name,
-                             "seed": seed, **summary(doc), "report": doc})
-                auc[name].append(doc["metrics"]["test_auc"])
+                             "seed": seed, **result, "report": doc})
+                auc[name].append(result["test_auc"])
 
         def cell(values: List[float]) -> str:
             return " / ".join(f"{v:.4f}" for v in values) + f" ({statistics.mean(values):.4f})"
