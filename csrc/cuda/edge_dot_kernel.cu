@@ -1107,32 +1107,6 @@ inline int fused_rows_per_block(int64_t num_edges, const int64_t* num_rows, int 
   return 0;
 }
 
-// The dynamic shared memory a launch of `kernel` may ask for on `device`: the device's
-// per-block opt-in maximum less the kernel's static shared memory, at most `most` (what the
-// largest launch asks). Past 48 KB a kernel must be allowed its dynamic shared memory, once
-// per device: done here with that limit, which `cache` (zero: not yet) keeps per device.
-// The fused small-E backward's largest launch asks 167,936-196,608 bytes: an H100 / H200
-// block may opt in to 232,448, an A100's to 166,912, sm_86 / sm_89 / sm_120's to 101,376.
-inline int64_t allow_dynamic_shared(const void* kernel, int device, int64_t most,
-                                    std::atomic<int64_t>* cache) {
-  int64_t limit = cache[device & 63].load(std::memory_order_relaxed);
-  if (limit == 0) {
-    int optin = 0;
-    C10_CUDA_CHECK(
-        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-    cudaFuncAttributes attributes;
-    C10_CUDA_CHECK(cudaFuncGetAttributes(&attributes, kernel));
-    limit = std::max<int64_t>(
-        1, std::min<int64_t>(most, optin - static_cast<int64_t>(attributes.sharedSizeBytes)));
-    if (limit > 48 * 1024) {
-      C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                          static_cast<int>(limit)));
-    }
-    cache[device & 63].store(limit, std::memory_order_relaxed);
-  }
-  return limit;
-}
-
 // A gradient side as the host holds it (x_other, other_index undefined without TRIPLE).
 template <typename scalar_t>
 struct SmallGradSide {

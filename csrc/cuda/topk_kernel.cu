@@ -52,6 +52,7 @@
 #include <torch/library.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <limits>
 #include <optional>
@@ -775,8 +776,13 @@ template <typename scalar_t, typename index_t, bool kMma>
 void launch_fused(const FusedArgs& a, at::Tensor& scores, at::Tensor& index) {
   auto kernel = topk_fused_kernel<scalar_t, index_t, kMma>;
   const size_t bytes = a.layout.bytes;
-  C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      static_cast<int>(bytes)));
+  static std::atomic<int64_t> limit[64];
+  // The most any launch of this instance asks: the layout at the caps, k and D.
+  const int64_t allowed = allow_dynamic_shared(
+      reinterpret_cast<const void*>(kernel), a.x_src.get_device(),
+      static_cast<int64_t>(FusedLayout(kMaxFusedDim, kMaxFusedK, kMma).bytes), limit);
+  TORCH_INTERNAL_ASSERT(static_cast<int64_t>(bytes) <= allowed, "topk_dst: the fused kernel's ",
+                        bytes, " bytes of shared memory exceed the ", allowed, " allowed");
   int per_sm = 0;
   C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kFusedThreads,
                                                                bytes));

@@ -2,8 +2,9 @@
 // width and lanes per group for a row length, the current device's SM count, the block size
 // and grid rule of the edge_dot and edge_dot_loss kernels, the ops' first_bad output, the
 // scoring loop of the forward kernels that give a group of lanes one edge at a time
-// (edge_dot_kernel.cu, edge_dot_loss_kernel.cu), and the bucket index over a graph's excluded
-// keys (edge_dot_loss_kernel.cu, negative_sampling_kernel.cu).
+// (edge_dot_kernel.cu, edge_dot_loss_kernel.cu), the bucket index over a graph's excluded
+// keys (edge_dot_loss_kernel.cu, negative_sampling_kernel.cu), and the once-per-device
+// permit for dynamic shared memory past 48 KB (edge_dot_kernel.cu, topk_kernel.cu).
 #pragma once
 
 #include <ATen/ATen.h>
@@ -15,6 +16,7 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <limits>
 #include <type_traits>
@@ -255,6 +257,34 @@ inline int64_t num_sms() {
   C10_CUDA_CHECK(cudaGetDevice(&device));
   C10_CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
   return count;
+}
+
+// The dynamic shared memory a launch of `kernel` may ask for on `device`: the device's
+// per-block opt-in maximum less the kernel's static shared memory, at most `most` (what the
+// largest launch asks). Past 48 KB a kernel must be allowed its dynamic shared memory, once
+// per device: done here with that limit, which `cache` (zero: not yet) keeps per device.
+// Setting the attribute on every launch instead costs a driver call per call. An H100 / H200
+// block may opt in to 232,448 bytes, an A100's to 166,912, sm_86 / sm_89 / sm_120's to
+// 101,376 (the fused small-E backward of edge_dot_kernel.cu asks up to 196,608, topk_dst's
+// fused kernel up to 189,696).
+inline int64_t allow_dynamic_shared(const void* kernel, int device, int64_t most,
+                                    std::atomic<int64_t>* cache) {
+  int64_t limit = cache[device & 63].load(std::memory_order_relaxed);
+  if (limit == 0) {
+    int optin = 0;
+    C10_CUDA_CHECK(
+        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    cudaFuncAttributes attributes;
+    C10_CUDA_CHECK(cudaFuncGetAttributes(&attributes, kernel));
+    limit = std::max<int64_t>(
+        1, std::min<int64_t>(most, optin - static_cast<int64_t>(attributes.sharedSizeBytes)));
+    if (limit > 48 * 1024) {
+      C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          static_cast<int>(limit)));
+    }
+    cache[device & 63].store(limit, std::memory_order_relaxed);
+  }
+  return limit;
 }
 
 // Threads per block of the edge_dot and edge_dot_loss kernels, and the grid of a
