@@ -781,8 +781,9 @@ void launch_fused(const FusedArgs& a, at::Tensor& scores, at::Tensor& index) {
   const int64_t allowed = allow_dynamic_shared(
       reinterpret_cast<const void*>(kernel), a.x_src.get_device(),
       static_cast<int64_t>(FusedLayout(kMaxFusedDim, kMaxFusedK, kMma).bytes), limit);
-  TORCH_INTERNAL_ASSERT(static_cast<int64_t>(bytes) <= allowed, "topk_dst: the fused kernel's ",
-                        bytes, " bytes of shared memory exceed the ", allowed, " allowed");
+  PYG_EDGEDOT_CHECK(static_cast<int64_t>(bytes) <= allowed, "topk_dst: the fused kernel's ",
+                    std::to_string(bytes), " bytes of shared memory exceed the ",
+                    std::to_string(allowed), " allowed");
   int per_sm = 0;
   C10_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kFusedThreads,
                                                                bytes));
