@@ -35,7 +35,9 @@ Methods:
 Every method is warmed up once (the first call's time is kept), then the methods run in
 turn, --reps rounds, so that a burst of other work on the machine hits them alike; the table
 gives the median and the minimum (CUDA: synchronized perf_counter around each call). Peak
-extra memory: one more call each (CUDA max_memory_allocated; CPU RSS growth, approximate).
+extra memory: one more call each (CUDA max_memory_allocated; CPU RSS growth, approximate),
+beyond the product buffer that the chunked and mm-floor methods share (allocated once, the
+largest chunk's; they run one at a time).
 
 Check, on the benchmark's own data: ours against the best chunked run (and faiss): the rows
 whose indices are identical, and the rows "equivalent": their k scores, recomputed in
@@ -95,13 +97,19 @@ def ours(x_src, x_dst, k, seen):
     return lambda: topk_dst(x_src, x_dst, k, exclude=seen)[1]
 
 
-def chunked(x_src, x_dst, k, seen, chunk):
-    """``x_src[chunk] @ x_dst.t()`` into a reused buffer, seen pairs -inf, ``torch.topk``."""
+def view_of(scratch, rows, cols):
+    """A contiguous ``[rows, cols]`` buffer at the start of ``scratch``."""
+    return scratch[:rows * cols].view(rows, cols)
+
+
+def chunked(x_src, x_dst, k, seen, chunk, scratch):
+    """``x_src[chunk] @ x_dst.t()`` into a reused buffer (the front of ``scratch``), seen
+    pairs -inf, ``torch.topk``."""
     num_src, num_dst = x_src.size(0), x_dst.size(0)
     ptr = torch.searchsorted(seen[0], torch.arange(0, num_src + chunk, chunk,
                                                    device=seen.device).clamp(max=num_src))
     ptr = ptr.tolist()  # per chunk, its slice of the (source-sorted) seen pairs
-    buffer = torch.empty(min(chunk, num_src), num_dst, dtype=x_src.dtype, device=x_src.device)
+    buffer = view_of(scratch, min(chunk, num_src), num_dst)
     x_dst_t = x_dst.t()
 
     def run():
@@ -116,12 +124,13 @@ def chunked(x_src, x_dst, k, seen, chunk):
     return run
 
 
-def mm_floor(x_src, x_dst, chunk, tile=None):
+def mm_floor(x_src, x_dst, chunk, scratch, tile=None):
     """The product alone, ``chunk`` sources x ``tile`` destinations (default: all of them)
-    at a time, into a reused buffer: the FLOPs any exact method pays, and no more."""
+    at a time, into a reused buffer (the front of ``scratch``): the FLOPs any exact method
+    pays, and no more."""
     num_src, num_dst = x_src.size(0), x_dst.size(0)
     tile = min(tile or num_dst, num_dst)
-    buffer = torch.empty(min(chunk, num_src), tile, dtype=x_src.dtype, device=x_src.device)
+    buffer = view_of(scratch, min(chunk, num_src), tile)
 
     def run():
         for start in range(0, num_src, chunk):
@@ -264,9 +273,14 @@ def run_case(bench: Bench, sizes: Dict[str, Any], dtype_name: str, reps: int, th
                            "mm_flops": flops, "methods": {}}
     log(f"== {n:,} x {m:,}, D={d}, k={k}, {dtype_name}, {seen.size(1):,} excluded pairs "
         f"(at most {max_seen} per source)")
+    # One product buffer for every chunked and mm_floor method: they run one at a time, and a
+    # buffer each (three chunk sizes, two methods) took 106 GB at float32, past an H100's 80.
+    scratch = torch.empty(max([min(c, n) * m for c in sizes["chunks"]]
+                              + [min(c, n) * min(t, m) for c, t in sizes.get("tiles", [])]
+                              + [0]), dtype=dtype, device=device)
     methods: Dict[str, Callable[[], Any]] = {"ours": ours(x_src, x_dst, k, seen)}
     for chunk in sizes["chunks"]:
-        methods[f"chunked@{chunk}"] = chunked(x_src, x_dst, k, seen, chunk)
+        methods[f"chunked@{chunk}"] = chunked(x_src, x_dst, k, seen, chunk, scratch)
     why_not = faiss_status(device)
     if why_not is None:
         try:
@@ -274,9 +288,9 @@ def run_case(bench: Bench, sizes: Dict[str, Any], dtype_name: str, reps: int, th
         except Exception as err:  # noqa: BLE001
             why_not = f"MIPSKNNIndex failed: {short_error(err)}"
     for chunk in sizes["chunks"]:
-        methods[f"mm_floor@{chunk}"] = mm_floor(x_src, x_dst, chunk)
+        methods[f"mm_floor@{chunk}"] = mm_floor(x_src, x_dst, chunk, scratch)
     for chunk, tile in sizes.get("tiles", []):  # cache-sized output blocks
-        methods[f"mm_floor@{chunk}x{tile}"] = mm_floor(x_src, x_dst, chunk, tile)
+        methods[f"mm_floor@{chunk}x{tile}"] = mm_floor(x_src, x_dst, chunk, scratch, tile)
     recs = timed_in_turn(bench, methods, reps, log)
     if why_not is not None:
         recs["faiss"] = {"status": "n/a", "message": why_not}
@@ -317,7 +331,7 @@ def run_case(bench: Bench, sizes: Dict[str, Any], dtype_name: str, reps: int, th
                 f"{c['seen_returned_ours']}, {name} {c['seen_returned_other']} -> "
                 f"{'ok' if c['ok'] else 'FAIL'}"))
         del mine
-    del x_src, x_dst, seen, methods
+    del x_src, x_dst, seen, methods, scratch
     bench.free(collect=True)
     return rec
 

@@ -611,7 +611,7 @@ def test_bench_topk_compare_catches_a_seen_pair_and_a_wrong_item():
     sys.path.insert(0, str(ROOT / "benchmarks"))
     import bench_topk
     x_src, x_dst, seen = bench_topk.make_inputs(20, 50, 8, 5, torch.float32, "cpu")
-    ref = bench_topk.chunked(x_src, x_dst, 4, seen, 8)()
+    ref = bench_topk.chunked(x_src, x_dst, 4, seen, 8, torch.empty(8 * 50))()
     assert bench_topk.compare(x_src, x_dst, seen, ref, ref)["ok"]
     wrong = ref.clone()
     wrong[3, 0] = seen[1, seen[0] == 3][0]  # a seen pair
