@@ -7,15 +7,18 @@
 # Result files are named after the GPU's model, <gpu> below (h200 for an NVIDIA H200, h100
 # for an H100 80GB HBM3): the device tool lends either, and their figures differ.
 #
-# Steps (each of tests, triton, fallback and bench takes most of a device call's 10 minutes
-# with a cold build, so give it a call of its own):
+# Steps (on an H100: tests takes more than a device call's 10 minutes, bench about 300 s with
+# a cold build, triton and fallback build no CUDA and each takes about 300 s):
 #   tests      the full suite with the CUDA extension (TESTS_ARGS: extra pytest arguments,
 #              e.g. TESTS_ARGS='-k "cuda or triton"' for the CUDA cases alone; TESTS_AFTER:
 #              the pytest.log of earlier runs that the call's limit cut, space-separated, to
 #              run only the ids they did not pass or skip; rename $OUT/pytest.log first)
 #   triton     the CUDA and Triton tests with nvcc hidden, so CUDA tensors take the Triton path
-#              (TRITON_ARGS: the pytest arguments instead of -k "cuda or triton" tests)
-#   fallback   the full suite with PYG_EDGEDOT_FORCE_FALLBACK=1 (pure PyTorch, no build)
+#              (TRITON_ARGS: the pytest arguments instead of -k "cuda or triton" tests; with
+#              TRITON_AFTER, as TESTS_AFTER for this step, the selection without a path). No
+#              CUDA build: it builds the C++ kernels alone (~25 s); 83% of its tests ended in 250 s
+#   fallback   the full suite with PYG_EDGEDOT_FORCE_FALLBACK=1 (pure PyTorch, no build; 58% of
+#              it ended in 160 s); FALLBACK_AFTER as TESTS_AFTER for this step
 #   sanitizer  compute-sanitizer memcheck on benchmarks/oob_probe.py (bad indices): 0 errors
 #   memcheck   compute-sanitizer memcheck on the CUDA tests in MEMCHECK_ARGS (default: the
 #              small-E fused backward's float32 tests) with the extension this script built
@@ -64,8 +67,9 @@ GPU=${GPU:-gpu}
 mkdir -p "$OUT"
 export TORCH_EXTENSIONS_DIR=/tmp/pyg_edgedot_ext PYTHONUNBUFFERED=1
 python3 -m pip install -q -e . --no-deps --no-build-isolation 2>&1 | grep -v -i warn | tail -2
-# The build, unless every step is `fallback` (pure PyTorch: nothing to build).
-if [ -n "$(printf '%s\n' "$@" | grep -vx fallback)" ]; then
+# The CUDA build, unless every step is `fallback` (pure PyTorch: nothing to build) or `triton`
+# (nvcc hidden: it builds the C++ kernels alone, in a cache of its own).
+if [ -n "$(printf '%s\n' "$@" | grep -vxE 'fallback|triton')" ]; then
   (time python3 -m pyg_edgedot --build) 2>&1 | tee "$OUT/build.log"
 fi
 
@@ -75,13 +79,8 @@ pytest_all() {  # the suite, 16 workers; 490 s leaves room for a cold build in a
   timeout "${PYTEST_TIMEOUT:-490}" python3 -m pytest -v -rfs -n 16 -p no:cacheprovider "$@" 2>&1
 }
 
-for step in "$@"; do
-  echo "=== $step"
-  case "$step" in
-    tests)
-      targets=tests
-      if [ -n "${TESTS_AFTER:-}" ]; then  # the ids that earlier cut runs' logs did not finish
-        python3 - $TESTS_AFTER > /tmp/tests_rest.txt <<'PY'
+rest_of() {  # "@file" of the test ids that the cut runs' logs in $1 (space-separated) did not end
+  python3 - $1 > /tmp/tests_rest.txt <<'PY'
 import re, subprocess, sys
 ended = set()
 for log in sys.argv[1:]:
@@ -96,8 +95,15 @@ print(*rest, sep="\n")
 print(f"{len(rest)} test ids left after {len(ended)} finished in {' '.join(sys.argv[1:])}",
       file=sys.stderr)
 PY
-        targets=@/tmp/tests_rest.txt
-      fi
+  echo @/tmp/tests_rest.txt
+}
+
+for step in "$@"; do
+  echo "=== $step"
+  case "$step" in
+    tests)
+      targets=tests
+      [ -n "${TESTS_AFTER:-}" ] && targets=$(rest_of "$TESTS_AFTER")
       eval "pytest_all $targets ${TESTS_ARGS:-}" | tee "$OUT/pytest.log" \
         | grep -E "FAILED|ERROR| passed| failed" | tail -25 ;;
     triton)
@@ -105,11 +111,16 @@ PY
       # say "Triton kernels", then every CUDA and Triton test runs against that path.
       ( export CUDA_HOME=/nonexistent TORCH_EXTENSIONS_DIR=/tmp/pyg_edgedot_ext_triton
         python3 -m pyg_edgedot 2>&1 | tee "$OUT/triton_report.log" | tail -4
-        eval "pytest_all ${TRITON_ARGS:--k \"cuda or triton\" tests}" \
+        selection=${TRITON_ARGS:--k \"cuda or triton\" tests}
+        [ -n "${TRITON_AFTER:-}" ] \
+          && selection="$(rest_of "$TRITON_AFTER") ${TRITON_ARGS:--k \"cuda or triton\"}"
+        eval "pytest_all $selection" \
           | tee "$OUT/pytest_triton.log" | grep -E "FAILED|ERROR| passed| failed" | tail -25 ) ;;
     fallback)
       ( export PYG_EDGEDOT_FORCE_FALLBACK=1
-        pytest_all tests | tee "$OUT/pytest_fallback.log" \
+        targets=tests
+        [ -n "${FALLBACK_AFTER:-}" ] && targets=$(rest_of "$FALLBACK_AFTER")
+        pytest_all $targets | tee "$OUT/pytest_fallback.log" \
           | grep -E "FAILED|ERROR| passed| failed" | tail -25 ) ;;
     sanitizer)
       # A plain torch program first, to tell a sanitizer/environment problem from ours.
