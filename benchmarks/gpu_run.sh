@@ -8,7 +8,8 @@
 # for an H100 80GB HBM3): the device tool lends either, and their figures differ.
 #
 # Steps (on an H100: tests takes more than a device call's 10 minutes, bench about 300 s with
-# a cold build, triton and fallback build no CUDA and each takes about 300 s):
+# a cold build, triton and fallback build no CUDA and each takes about 300 s; CALL_LIMIT, the
+# call's seconds, lets the pytest steps take what is left after the others):
 #   tests      the full suite with the CUDA extension (TESTS_ARGS: extra pytest arguments,
 #              e.g. TESTS_ARGS='-k "cuda or triton"' for the CUDA cases alone; TESTS_AFTER:
 #              the pytest.log of earlier runs that the call's limit cut, space-separated, to
@@ -75,8 +76,15 @@ fi
 
 pytest_all() {  # the suite, 16 workers; 490 s leaves room for a cold build in a 600 s call.
   # -v: each test's outcome as it ends, so a run cut by its timeout still names its failures
-  # (the summary of failures and skips, -rfs, comes only at the end).
-  timeout "${PYTEST_TIMEOUT:-490}" python3 -m pytest -v -rfs -n 16 -p no:cacheprovider "$@" 2>&1
+  # (the summary of failures and skips, -rfs, comes only at the end). CALL_LIMIT (seconds
+  # since this script started) cuts it 15 s before, so a suite after other steps (e.g.
+  # `CALL_LIMIT=570 gpu_run.sh bench tests`) takes what the call has left and its log returns.
+  local limit=${PYTEST_TIMEOUT:-490}
+  if [ -n "${CALL_LIMIT:-}" ] && [ $((CALL_LIMIT - SECONDS - 15)) -lt "$limit" ]; then
+    limit=$((CALL_LIMIT - SECONDS - 15))
+  fi
+  if [ "$limit" -lt 30 ]; then echo "no time left for pytest ($limit s)"; return 0; fi
+  timeout "$limit" python3 -m pytest -v -rfs -n 16 -p no:cacheprovider "$@" 2>&1
 }
 
 rest_of() {  # "@file" of the test ids that the cut runs' logs in $1 (space-separated) did not end
