@@ -206,8 +206,9 @@ def edge_dot_loss(x_src: Tensor, x_dst: Tensor, edge_index: Tensor, *, num_negat
     K))`` scalars for ``dloss/dscore``; on the CPU, a block of pairs per thread beyond that;
     on CUDA, the backward's pairs of a chunk of positives (a chunk is at most ``max(2**24
     pairs, the gradients' bytes / 48)`` pairs). Without a compiled kernel, the same
-    computation is composed of ``edge_dot``'s ops, positives in such chunks. Second
-    derivatives are not supported.
+    computation is composed of ``edge_dot``'s ops, positives in such chunks (on CUDA tensors
+    bitwise repeatable only under ``torch.use_deterministic_algorithms(True)``, as
+    ``edge_dot``'s fallback). Second derivatives are not supported.
 
     Negatives (see :mod:`pyg_edgedot.ops.edge_dot_loss` for the exact generator):
     ``"structured"`` keeps each positive's source and draws a destination; ``"uniform"``
