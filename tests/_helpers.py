@@ -306,6 +306,15 @@ def scores_bitwise_alike(group: str, device: str) -> bool:
     return not (device.startswith("cuda") and fallback_on_cuda(group))
 
 
+def gradient_bits_repeat(group: str, device: str, request) -> None:
+    """Makes ``group``'s gradients on ``device`` repeat their bits for a test that compares
+    them bitwise: where the pure-PyTorch fallback serves CUDA tensors, its scatter
+    (``index_add_``) does so only under deterministic algorithms, so that mode is turned on
+    (the ``deterministic_algorithms`` fixture) for the rest of the test."""
+    if not scores_bitwise_alike(group, device):
+        request.getfixturevalue("deterministic_algorithms")
+
+
 # ---- torch.library.opcheck and torch.compile ---------------------------------------------------
 
 # (feature dtype, index dtype) pairs each op's opcheck test runs.

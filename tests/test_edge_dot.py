@@ -7,9 +7,8 @@ import pyg_edgedot
 from pyg_edgedot import edge_dot, score_candidates
 from _helpers import (DEVICES, EI_LAYOUTS, FLOAT_DTYPES, INDEX_DTYPES, OPCHECK_CASES,
                       OPCHECK_IDS, SHAPE_IDS, SHAPES, X_LAYOUTS, assert_close, cuda_kernels_of,
-                      dtype_id, make_edge_index, make_x, op_edge_dot, randint, randn,
-                      random_edge_index, ref_edge_dot, ref_grads, scores_bitwise_alike,
-                      script_result)
+                      dtype_id, gradient_bits_repeat, make_edge_index, make_x, op_edge_dot,
+                      randint, randn, random_edge_index, ref_edge_dot, ref_grads, script_result)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -244,9 +243,7 @@ def test_opcheck_grad_ops(op, dtypes, num_edges, device, gen):
 def test_pair_grad_is_the_two_grads(num_edges, dtype, device, gen, request):
     # edge_dot_pair_grad gives the bits of the two one-sided calls (on CUDA at small E, both
     # sides in the same launches), indices out of range included.
-    if not scores_bitwise_alike("edge_dot", device):
-        # The fallback's index_add_ on CUDA repeats its bits only in this mode.
-        request.getfixturevalue("deterministic_algorithms")
+    gradient_bits_repeat("edge_dot", device, request)
     grad_out = randn(gen, num_edges, dtype=dtype, device=device)
     x_src = randn(gen, 40, 32, dtype=dtype, device=device)
     x_dst = randn(gen, 30, 32, dtype=dtype, device=device)

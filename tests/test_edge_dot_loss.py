@@ -13,8 +13,8 @@ from pyg_edgedot import EdgeDotLoss, NegativeSampler, _backend, edge_dot_loss
 from pyg_edgedot.ops import _chunked
 from pyg_edgedot.ops import edge_dot_loss as loss_module
 from pyg_edgedot.ops.edge_dot_loss import loss_negatives, mix64, uniform
-from _helpers import (DEVICES, FLOAT_DTYPES, INDEX_DTYPES, assert_close, dtype_id, leaf, randn,
-                      random_edge_index, scores_bitwise_alike)
+from _helpers import (DEVICES, FLOAT_DTYPES, INDEX_DTYPES, assert_close, dtype_id,
+                      gradient_bits_repeat, leaf, randn, random_edge_index)
 
 MASK64 = (1 << 64) - 1
 GAMMA = 0x9E3779B97F4A7C15
@@ -167,13 +167,6 @@ LOW_TOL = {torch.float64: 1e-12, torch.float32: 1e-5, torch.float16: 3e-3,
            torch.bfloat16: 2e-2}
 
 
-def _deterministic_scatter(device: str, request) -> None:
-    """The loss's gradients sum through edge_dot_grad: where its pure-PyTorch fallback serves
-    CUDA tensors, its index_add_ repeats its bits only under deterministic algorithms."""
-    if not scores_bitwise_alike("edge_dot", device):
-        request.getfixturevalue("deterministic_algorithms")
-
-
 def _run(x_src, x_dst, positives, **kwargs):
     """The loss and the gradients of its leaves (one leaf when x_src is x_dst)."""
     same = x_src is x_dst
@@ -236,7 +229,7 @@ def _bits(result):
 def test_same_seed_same_bits(negatives, device, gen, monkeypatch, request):
     x_src, x_dst, positives, sampler = _problem(gen, "bipartite", torch.float32, torch.int64,
                                                 device, num_edges=300, feat_dim=16)
-    _deterministic_scatter(device, request)
+    gradient_bits_repeat("edge_dot", device, request)   # the loss sums through edge_dot_grad
     monkeypatch.setattr(_chunked, "DEFAULT_CHUNK_ELEMS", 64)   # several chunks
     kwargs = dict(num_negatives=3, negatives=negatives, sampler=sampler)
     first = _bits(_run(x_src, x_dst, positives, seed=7, **kwargs))
@@ -559,7 +552,8 @@ def test_second_derivatives_refused(device, gen, request):
     # gradgradcheck's promise: right or refused, never a silent zero
     x_src, x_dst, positives, sampler = _problem(gen, "bipartite", torch.float64, torch.int64,
                                                 device, num_edges=12, feat_dim=3)
-    _deterministic_scatter(device, request)   # for the bitwise check at the end
+    # the loss's gradients sum through edge_dot_grad; the check at the end compares bits
+    gradient_bits_repeat("edge_dot", device, request)
     a = leaf(x_src)
     loss = edge_dot_loss(a, x_dst, positives, num_negatives=2, sampler=sampler, seed=5)
     g, = torch.autograd.grad(loss, a, create_graph=True)
