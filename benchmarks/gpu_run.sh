@@ -75,16 +75,19 @@ if [ -n "$(printf '%s\n' "$@" | grep -vxE 'fallback|triton')" ]; then
 fi
 
 pytest_all() {  # the suite, 16 workers; 490 s leaves room for a cold build in a 600 s call.
-  # -v: each test's outcome as it ends, so a run cut by its timeout still names its failures
-  # (the summary of failures and skips, -rfs, comes only at the end). CALL_LIMIT (seconds
-  # since this script started) cuts it 15 s before, so a suite after other steps (e.g.
-  # `CALL_LIMIT=570 gpu_run.sh bench tests`) takes what the call has left and its log returns.
+  # -v: each test's outcome as it ends. The timeout interrupts (SIGINT, as Ctrl-C) rather than
+  # kills, so a cut run still ends with its failures' tracebacks, the -rfs summary and the
+  # slowest tests (--durations; a few seconds after the signal, SIGKILL 15 s later if not).
+  # CALL_LIMIT (seconds since this script started) cuts it 25 s before, so a suite after other
+  # steps (e.g. `CALL_LIMIT=570 gpu_run.sh bench tests`) takes what the call has left and its
+  # log returns.
   local limit=${PYTEST_TIMEOUT:-490}
-  if [ -n "${CALL_LIMIT:-}" ] && [ $((CALL_LIMIT - SECONDS - 15)) -lt "$limit" ]; then
-    limit=$((CALL_LIMIT - SECONDS - 15))
+  if [ -n "${CALL_LIMIT:-}" ] && [ $((CALL_LIMIT - SECONDS - 25)) -lt "$limit" ]; then
+    limit=$((CALL_LIMIT - SECONDS - 25))
   fi
   if [ "$limit" -lt 30 ]; then echo "no time left for pytest ($limit s)"; return 0; fi
-  timeout "$limit" python3 -m pytest -v -rfs -n 16 -p no:cacheprovider "$@" 2>&1
+  timeout -s INT -k 15 "$limit" python3 -m pytest -v -rfs --durations=25 -n 16 \
+    -p no:cacheprovider "$@" 2>&1
 }
 
 rest_of() {  # "@file" of the test ids that the cut runs' logs in $1 (space-separated) did not end
