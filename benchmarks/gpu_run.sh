@@ -79,7 +79,7 @@ fi
 pytest_all() {  # the suite, 16 workers; 490 s leaves room for a cold build in a 600 s call.
   # -v: each test's outcome as it ends. The timeout interrupts (SIGINT, as Ctrl-C) rather than
   # kills, so a cut run still ends with its failures' tracebacks, the -rfs summary and the
-  # slowest tests (--durations; a few seconds after the signal, SIGKILL 15 s later if not).
+  # slowest tests (--durations; seconds after the signal, SIGKILL 15 s later if not).
   # CALL_LIMIT (seconds since this script started) cuts it 25 s before, so a suite after other
   # steps (e.g. `CALL_LIMIT=570 gpu_run.sh bench tests`) takes what the call has left and its
   # log returns.
