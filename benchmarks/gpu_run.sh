@@ -83,9 +83,10 @@ pytest_all() {  # the suite, 16 workers; 490 s leaves room for a cold build in a
   # CALL_LIMIT (seconds since this script started) cuts it 25 s before, so a suite after other
   # steps (e.g. `CALL_LIMIT=570 gpu_run.sh bench tests`) takes what the call has left and its
   # log returns.
-  local limit=${PYTEST_TIMEOUT:-490}
-  if [ -n "${CALL_LIMIT:-}" ] && [ $((CALL_LIMIT - SECONDS - 25)) -lt "$limit" ]; then
-    limit=$((CALL_LIMIT - SECONDS - 25))
+  local limit=${PYTEST_TIMEOUT:-490} left
+  if [ -n "${CALL_LIMIT:-}" ]; then
+    left=$((CALL_LIMIT - SECONDS - 25))
+    [ "$left" -lt "$limit" ] && limit=$left
   fi
   if [ "$limit" -lt 30 ]; then echo "no time left for pytest ($limit s)"; return 0; fi
   timeout -s INT -k 15 "$limit" python3 -m pytest -v -rfs --durations=25 -n 16 \
