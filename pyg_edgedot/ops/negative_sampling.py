@@ -140,7 +140,10 @@ def _num_nodes_of(name: str, edge_index: Tensor, original, num_nodes
     return size, size, False
 
 
-def _check_range(name: str, edge_index: Tensor, num_src: int, num_dst: int) -> None:
+def _check_range(name: str, edge_index: Tensor, num_src: int, num_dst: int,
+                 batch: Optional[Tuple[str, str]] = None) -> None:
+    """The node counts come from ``num_nodes``, or, for the batched sampler, from the lengths
+    of the ``batch`` tensors that ``batch`` names (source side, destination side)."""
     if edge_index.numel() == 0:
         return
     lo = int(edge_index.min())
@@ -148,10 +151,16 @@ def _check_range(name: str, edge_index: Tensor, num_src: int, num_dst: int) -> N
         raise IndexError(f"{name}: edge_index holds a negative index ({lo})")
     for row, bound, what in ((0, num_src, "source"), (1, num_dst, "destination")):
         hi = int(edge_index[row].max())
-        if hi >= bound:
+        if hi < bound:
+            continue
+        if batch is None:
             raise IndexError(f"{name}: edge_index holds {what} index {hi} but num_nodes "
                              f"gives only {bound} {what} nodes; num_nodes must be at "
                              f"least max index + 1")
+        arg, per = batch[row], "node" if batch[0] == batch[1] else f"{what} node"
+        raise IndexError(f"{name}: edge_index holds {what} index {hi} but {arg} has only "
+                         f"{bound} entries (one per {per}); {arg} must be at least max "
+                         f"index + 1 long")
 
 
 def _index_dtype(dtype: torch.dtype, num_src: int, num_dst: int) -> torch.dtype:
@@ -892,7 +901,8 @@ def batched_negative_sampling(edge_index: Tensor, batch: Union[Tensor, Tuple[Ten
             raise ValueError(f"{name}: {arg} holds a negative graph id")
     src_batch = batches[0].long()
     dst_batch = batches[-1].long()
-    _check_range(name, plain, src_batch.numel(), dst_batch.numel())
+    _check_range(name, plain, src_batch.numel(), dst_batch.numel(),
+                 ("batch[0]", "batch[1]") if bipartite else ("batch", "batch"))
     num_graphs = max(int(b.max()) + 1 if b.numel() > 0 else 0 for b in (src_batch, dst_batch))
     if num_graphs == 0:
         return plain.new_empty((2, 0), dtype=torch.int64)
