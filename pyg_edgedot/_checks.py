@@ -437,6 +437,9 @@ def check_loss_nodes(op: str, x_src: Tensor, x_dst: Tensor, num_nodes,
                              f"(got {sampler.device} and {x_src.device})")
         return nodes
     if num_nodes is None:
+        if min(rows) < 1:
+            raise ValueError(f"{op}: x_src and x_dst must each have at least one row, the "
+                             f"nodes negatives are drawn from (got {rows} rows)")
         return rows
     pair = node_pair(num_nodes)
     if len(pair) != 2 or any(isinstance(n, bool) or not isinstance(n, int) for n in pair):

@@ -646,6 +646,10 @@ def test_bad_arguments(gen):
         edge_dot_loss(x_src, x_dst, positives[0])
     with pytest.raises(ValueError, match="^EdgeDotLoss: loss must be"):
         EdgeDotLoss(loss="mse")
+    empty = positives[:, :0]
+    with pytest.raises(ValueError, match=r"^edge_dot_loss: x_src and x_dst must each have at "
+                                         r"least one row, .* \(got \(5, 0\) rows\)"):
+        edge_dot_loss(x_src[:5], x_dst[:0], empty)
 
 
 @pytest.mark.parametrize("device", DEVICES)
