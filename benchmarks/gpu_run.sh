@@ -22,6 +22,8 @@
 #              CUDA build: it builds the C++ kernels alone (~25 s); 83% of its tests ended in 250 s
 #   fallback   the full suite with PYG_EDGEDOT_FORCE_FALLBACK=1 (pure PyTorch, no build);
 #              FALLBACK_AFTER as TESTS_AFTER for this step
+#              (triton and fallback leave out tests/test_triton.py's CUDA cases, which run the
+#              same in every mode and so in `tests`; ONCE=0 keeps them: see once() below)
 #   sanitizer  compute-sanitizer memcheck on benchmarks/oob_probe.py (bad indices): 0 errors
 #   memcheck   compute-sanitizer memcheck on the CUDA tests in MEMCHECK_ARGS (default: the
 #              small-E fused backward's float32 tests) with the extension this script built
@@ -93,17 +95,24 @@ pytest_all() {  # the suite, 16 workers; 490 s leaves room for a cold build in a
     -p no:cacheprovider "$@" 2>&1
 }
 
-rest_of() {  # "@file" of the test ids that the cut runs' logs in $1 (space-separated) did not end
-  python3 - $1 > /tmp/tests_rest.txt <<'PY'
-import re, subprocess, sys
+# tests/test_triton.py's CUDA cases (538 ids) call the Triton module itself, whatever the
+# switches say (nvcc hidden, the forced fallback), so the `tests` step runs them and `triton`
+# and `fallback` deselect them; ONCE=0 keeps them there too.
+once() { [ "${ONCE:-1}" = 0 ] || echo "--deselect tests/test_triton.py::test_cuda_"; }
+
+rest_of() {  # "@file" of the test ids that the cut runs' logs in $1 (space-separated) did not
+  # end, of those that pytest's arguments in $2 (e.g. $(once)) select
+  COLLECT_ARGS="${2:-}" python3 - $1 > /tmp/tests_rest.txt <<'PY'
+import os, re, subprocess, sys
 ended = set()
 for log in sys.argv[1:]:
     for line in open(log):
         m = re.search(r"\b(?:PASSED|SKIPPED|XFAIL|XPASS) (tests/\S.*?)\s*$", line)
         if m:
             ended.add(m.group(1))
-out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q",
-                      "-p", "no:cacheprovider", "tests"], capture_output=True, text=True).stdout
+out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p",
+                      "no:cacheprovider", "tests", *os.environ["COLLECT_ARGS"].split()],
+                     capture_output=True, text=True).stdout
 rest = [i for i in (line.strip() for line in out.splitlines()) if "::" in i and i not in ended]
 print(*rest, sep="\n")
 print(f"{len(rest)} test ids left after {len(ended)} finished in {' '.join(sys.argv[1:])}",
@@ -127,14 +136,14 @@ for step in "$@"; do
         python3 -m pyg_edgedot 2>&1 | tee "$OUT/triton_report.log" | tail -4
         selection=${TRITON_ARGS:--k \"cuda or triton\" tests}
         [ -n "${TRITON_AFTER:-}" ] \
-          && selection="$(rest_of "$TRITON_AFTER") ${TRITON_ARGS:--k \"cuda or triton\"}"
-        eval "pytest_all $selection" \
+          && selection="$(rest_of "$TRITON_AFTER" "$(once)") ${TRITON_ARGS:--k \"cuda or triton\"}"
+        eval "pytest_all $selection $(once)" \
           | tee "$OUT/pytest_triton.log" | grep -E "FAILED|ERROR| passed| failed" | tail -25 ) ;;
     fallback)
       ( export PYG_EDGEDOT_FORCE_FALLBACK=1
         targets=tests
-        [ -n "${FALLBACK_AFTER:-}" ] && targets=$(rest_of "$FALLBACK_AFTER")
-        pytest_all $targets | tee "$OUT/pytest_fallback.log" \
+        [ -n "${FALLBACK_AFTER:-}" ] && targets=$(rest_of "$FALLBACK_AFTER" "$(once)")
+        pytest_all $targets $(once) | tee "$OUT/pytest_fallback.log" \
           | grep -E "FAILED|ERROR| passed| failed" | tail -25 ) ;;
     sanitizer)
       # A plain torch program first, to tell a sanitizer/environment problem from ours.
