@@ -888,8 +888,8 @@ def batched_negative_sampling(edge_index: Tensor, batch: Union[Tensor, Tuple[Ten
         batches = [batch[0], batch[1]]
     else:
         batches = [batch]
-    for i, b in enumerate(batches):
-        arg = "batch" if not bipartite else f"batch[{i}]"
+    args = ["batch[0]", "batch[1]"] if bipartite else ["batch"]  # as errors name them
+    for arg, b in zip(args, batches):
         if not isinstance(b, Tensor):
             raise TypeError(f"{name}: {arg} must be a torch.Tensor (got {type(b).__name__})")
         if b.dim() != 1 or b.dtype not in _checks.INDEX_DTYPES:
@@ -901,8 +901,7 @@ def batched_negative_sampling(edge_index: Tensor, batch: Union[Tensor, Tuple[Ten
             raise ValueError(f"{name}: {arg} holds a negative graph id")
     src_batch = batches[0].long()
     dst_batch = batches[-1].long()
-    _check_range(name, plain, src_batch.numel(), dst_batch.numel(),
-                 ("batch[0]", "batch[1]") if bipartite else ("batch", "batch"))
+    _check_range(name, plain, src_batch.numel(), dst_batch.numel(), (args[0], args[-1]))
     num_graphs = max(int(b.max()) + 1 if b.numel() > 0 else 0 for b in (src_batch, dst_batch))
     if num_graphs == 0:
         return plain.new_empty((2, 0), dtype=torch.int64)
