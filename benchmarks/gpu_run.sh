@@ -10,7 +10,8 @@
 # Steps (on an H100: tests takes more than a device call's 10 minutes, 5,217 of 5,529 ids in
 # a 570 s call with its 114 s build; bench about 300 s with a cold build; triton and fallback
 # build no CUDA; fallback took more than a call while it ran test_triton.py's CUDA cases too:
-# the first 570 s call ended 4,664 ids, the second 853 more, 452 of them Triton cases;
+# the first 570 s call ended 4,664 ids, the second 853 more, 452 of them Triton cases; without
+# them (10a75a3), 2,588 of its 4,992 ids ended in 121 s of pytest, and 1,915 more in 259 s;
 # CALL_LIMIT, the call's seconds, lets the pytest steps take what is left after the others):
 #   tests      the full suite with the CUDA extension (TESTS_ARGS: extra pytest arguments,
 #              e.g. TESTS_ARGS='-k "cuda or triton"' for the CUDA cases alone; TESTS_AFTER:
