@@ -1,6 +1,9 @@
 """Negative sampling, side by side: PyG's negative_sampling (sparse), a plain exact
 sampler, and ours (function; prebuilt NegativeSampler without / with replacement); and one
-sort of the edge keys, the yardstick of the sampler's one-time build.
+sort of the edge keys, the yardstick of the sampler's one-time build. ``ours_batch*``: one
+mini-batch's draw (65,536 negatives, or E where fewer) from the prebuilt sampler; on CUDA
+also ``*_index_per_call``, the same draws with the kernel building its bucket index per
+call (what the one-shot function pays) instead of taking the sampler's kept one.
 
     python benchmarks/bench_negative_sampling.py --device cpu --threads 1 --out results.json
 
@@ -78,6 +81,18 @@ def python_path(fn):
     return run
 
 
+def index_per_call(fn):
+    """fn with the sampler's draw leaving out its kept bucket index (adj_index)."""
+    def run():
+        registered = ns_mod._negative_sample
+        ns_mod._negative_sample = lambda *args, adj_index=None: registered(*args)
+        try:
+            return fn()
+        finally:
+            ns_mod._negative_sample = registered
+    return run
+
+
 def time_once(fn, device):
     """(ms, fn's output)."""
     if device.type == "cuda":
@@ -147,6 +162,7 @@ def main():
         gen = torch.Generator().manual_seed(0)
         edge_index = torch.randint(0, num_nodes, (2, num_edges), generator=gen).to(device)
         num = num_edges
+        batch = min(num, 1 << 16)
         torch.manual_seed(0)
         sampler = NegativeSampler(edge_index, num_nodes)
         # PyG's sampler takes seconds per call at 1M edges, ~50 s at 20M
@@ -166,7 +182,14 @@ def main():
             "ours_sampler_python": (python_path(lambda: sampler.sample(num)), args.reps),
             "ours_sampler_replace_python": (
                 python_path(lambda: sampler.sample(num, replace=True)), args.reps),
+            "ours_batch": (lambda: sampler.sample(batch), args.reps),
+            "ours_batch_replace": (lambda: sampler.sample(batch, replace=True), args.reps),
         }
+        if device.type == "cuda":
+            methods["ours_batch_index_per_call"] = (
+                index_per_call(lambda: sampler.sample(batch)), args.reps)
+            methods["ours_batch_replace_index_per_call"] = (
+                index_per_call(lambda: sampler.sample(batch, replace=True)), args.reps)
         row = {"graph": name, "num_nodes": num_nodes, "num_edges": num_edges,
                "num_samples": num, "ms": {}, "ms_min": {}, "ms_all": {}, "returned": {}}
         for method, (all_times, out) in timed_in_turn(methods, args.reps, device).items():
@@ -177,14 +200,16 @@ def main():
                 row["returned"][method] = int(out.size(1))
         plain = row["ms"]["plain_exact"]
         row["speedup_vs_plain"] = {m: plain / t for m, t in row["ms"].items()
-                                   if m.startswith("ours") and m != "ours_sampler_build"}
+                                   if m.startswith("ours") and m != "ours_sampler_build"
+                                   and not m.startswith("ours_batch")}
         results["graphs"].append(row)
-        print(f"\n{name}: N={num_nodes:,} E={num_edges:,} negatives={num:,}")
-        print(f"  {'method':<29}{'median ms':>11}{'min ms':>11}{'returned':>11}{'x plain':>9}")
+        row["batch"] = batch
+        print(f"\n{name}: N={num_nodes:,} E={num_edges:,} negatives={num:,} (batch {batch:,})")
+        print(f"  {'method':<35}{'median ms':>11}{'min ms':>11}{'returned':>11}{'x plain':>9}")
         for method, t in row["ms"].items():
             speed = row["speedup_vs_plain"].get(method)
             speed = f"{speed:8.2f}x" if speed else ""
-            print(f"  {method:<29}{t:11.3f}{row['ms_min'][method]:11.3f}"
+            print(f"  {method:<35}{t:11.3f}{row['ms_min'][method]:11.3f}"
                   f"{row['returned'].get(method, 0):11,}{speed:>9}")
         row["build_vs_key_sort"] = row["ms"]["ours_sampler_build"] / row["ms"]["key_sort"]
         print(f"  the sampler's build / one sort of the edge keys = "

@@ -35,7 +35,7 @@ PYG_EDGEDOT_HD int64_t upper_bound(const int64_t* adj, int64_t lo, int64_t hi, i
   return lo;
 }
 
-// An optional index over adj (kernels build it per call for long adj):
+// An optional index over adj (kernels build it per call for long adj, or take a kept one):
 // bucket[b] = #{i : adj[i] < b << shift}, b = 0 .. num_buckets, so the count for r lies
 // between the entries of bucket r >> shift and the next: about one cache miss each instead of
 // a binary search's log2(A). The count is the same with or without it.
@@ -63,13 +63,18 @@ inline bool plan_adj_index(int64_t num_adj, int64_t num_ranks, int64_t max_bucke
 
 // The key of the complement's rank: rank + upper_bound(adj, 0, A, rank), through the index
 // where there is one. A negative rank (edge_dot_loss's, for a source without negatives) is
-// returned as it is (every adj_i >= 0).
+// returned as it is (every adj_i >= 0). The bucket's bounds are clamped to [0, A]: an index
+// that a caller passed (negative_sample's adj_index) can give a wrong key, never a read
+// outside adj.
 PYG_EDGEDOT_HD int64_t rank_to_key(const int64_t* adj, int64_t num_adj, const AdjIndex& index,
                                    int64_t rank) {
   if (rank < 0) return rank;
   const int64_t b = rank >> index.shift;
   if (index.bucket != nullptr && b < index.num_buckets) {
-    return rank + upper_bound(adj, index.bucket[b], index.bucket[b + 1], rank);
+    int64_t lo = index.bucket[b], hi = index.bucket[b + 1];
+    lo = lo < 0 ? 0 : (lo > num_adj ? num_adj : lo);
+    hi = hi < lo ? lo : (hi > num_adj ? num_adj : hi);
+    return rank + upper_bound(adj, lo, hi, rank);
   }
   return rank + upper_bound(adj, 0, num_adj, rank);
 }

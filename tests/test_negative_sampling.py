@@ -90,7 +90,8 @@ def with_first_round(monkeypatch, first_round):
     """Makes sample()'s draw (whichever backend the fixture chose) take only `first_round`
     i.i.d. ranks in its first round, so that the top-up rounds run."""
     impl = ns_mod._negative_sample
-    monkeypatch.setattr(ns_mod, "_negative_sample", lambda *args: impl(*args, first_round))
+    monkeypatch.setattr(ns_mod, "_negative_sample",
+                        lambda *args, **kwargs: impl(*args, first_round, **kwargs))
 
 
 # ---------------------------------------------------------------------------------------
@@ -536,6 +537,114 @@ def test_op_opcheck(gen, device):
     for replace in (False, True):
         torch.library.opcheck(torch.ops.pyg_edgedot.negative_sample.default,
                               _op_args(sampler, 100, 7, replace))
+
+
+# negative_sample_index: the bucket index the CUDA kernel maps ranks through ([0] on the CPU,
+# whose kernel merges sorted ranks), which NegativeSampler builds once and passes back as
+# negative_sample's adj_index. Graph: 200 nodes, 8,000 random edges, so that adj (~7K keys)
+# is long enough to index, and 3,000 draws are sparse, 20,000 dense (>= M / 4).
+
+def _indexed_sampler(gen, device):
+    return NegativeSampler(random_graph(gen, 200, 200, 8_000, device=device), 200)
+
+
+def _expected_index(adj, num_ranks):
+    """The CUDA kernel's index (vec.cuh's plan): bucket b counts adj below b << shift."""
+    num_adj = adj.numel()
+    if num_adj < 4096:
+        return adj.new_empty(0)
+    shift = 0
+    while (num_ranks >> shift) > num_adj // 4:
+        shift += 1
+    bounds = torch.arange((num_ranks >> shift) + 2, device=adj.device) << shift
+    return torch.searchsorted(adj, bounds)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("replace", [False, True])
+@pytest.mark.parametrize("count", [3_000, 20_000])
+def test_op_kept_index_same_draws(gen, device, replace, count):
+    if not kernel_built(device):
+        pytest.skip(f"the {device} kernel was not built")
+    sampler = _indexed_sampler(gen, device)
+    space = sampler._directed
+    index = torch.ops.pyg_edgedot.negative_sample_index(space.adj, space.num_free)
+    assert index.dtype == torch.int64 and index.device == space.adj.device
+    want = space.adj.new_empty(0) if device == "cpu" else \
+        _expected_index(space.adj, space.num_free)
+    assert space.adj.numel() >= 4096 and torch.equal(index, want)
+    args = _op_args(sampler, count, 11, replace)
+    without = torch.ops.pyg_edgedot.negative_sample(*args)
+    with_index = torch.ops.pyg_edgedot.negative_sample(*args, adj_index=index)
+    assert torch.equal(with_index, without)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_sampler_keeps_its_index(gen, device, backend):
+    sampler = _indexed_sampler(gen, device)
+    space = sampler._directed
+    assert space._adj_index is None  # built on the first draw, not by the build
+    sampler.sample(100)
+    kept = space._adj_index
+    assert kept is not None
+    sampler.sample(100, replace=True)
+    assert space.adj_index() is kept
+    sampler.sample(100, force_undirected=True)
+    assert sampler._undirected._adj_index is not None and space.adj_index() is kept
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_op_index_opcheck(gen, device):
+    sampler = _indexed_sampler(gen, device)
+    space = sampler._directed
+    torch.library.opcheck(torch.ops.pyg_edgedot.negative_sample_index.default,
+                          (space.adj, space.num_free))
+    torch.library.opcheck(torch.ops.pyg_edgedot.negative_sample.default,
+                          _op_args(sampler, 100, 7, False),
+                          {"adj_index": space.adj_index()})
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("bad", ["size", "dtype", "device"])
+def test_op_index_checks(gen, device, bad):
+    if not kernel_built(device):
+        pytest.skip(f"the {device} kernel was not built")
+    sampler = _indexed_sampler(gen, device)
+    space = sampler._directed
+    index = space.adj_index()
+    if bad == "size":
+        index = torch.zeros(index.numel() + 3, dtype=torch.int64, device=device)
+    elif bad == "dtype":
+        index = index.int()
+    else:
+        if device == "cpu":
+            pytest.skip("a CUDA index for a CPU adj goes to the CUDA kernel")
+        index = index.cpu()
+    with pytest.raises(RuntimeError, match=r"adj_index must be negative_sample_index"):
+        torch.ops.pyg_edgedot.negative_sample(*_op_args(sampler, 10, 1, False),
+                                              adj_index=index)
+    with pytest.raises(RuntimeError, match="excluded_adj must be a 1-D int64 tensor"):
+        torch.ops.pyg_edgedot.negative_sample_index(space.adj.int(), space.num_free)
+    with pytest.raises(RuntimeError, match="num_ranks must be >= 0"):
+        torch.ops.pyg_edgedot.negative_sample_index(space.adj, -1)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("replace", [False, True])
+def test_op_index_bad_values_no_bad_access(gen, device, replace):
+    # An index of the right size with values past either end of adj: wrong keys at worst,
+    # still in the key space (so pairs in range), no read outside adj, the device healthy.
+    if not kernel_built(device) or device == "cpu":
+        pytest.skip("the CUDA kernel alone takes an index")
+    sampler = _indexed_sampler(gen, device)
+    space = sampler._directed
+    size = space.adj_index().numel()
+    index = torch.randint(-2 ** 40, 2 ** 40, (size,), generator=gen).to(device)
+    out = torch.ops.pyg_edgedot.negative_sample(*_op_args(sampler, 3_000, 3, replace),
+                                                adj_index=index)
+    torch.cuda.synchronize()
+    assert out.shape == (2, 3_000) and bool((out >= 0).all() and (out < 200).all())
+    assert not bool((out[0] == out[1]).any())
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -60,6 +60,7 @@
 #include <limits>
 #include <memory>
 #include <numeric>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -459,9 +460,11 @@ Buffer first_distinct_keys(int64_t num_ranks, int64_t count, int64_t seed, int64
 at::Tensor negative_sample_cpu(const at::Tensor& excluded_adj, int64_t num_ranks, int64_t count,
                                int64_t seed, bool replace, c10::string_view mode_name,
                                int64_t num_src_nodes, int64_t num_dst_nodes,
-                               at::ScalarType dtype, int64_t first_round) {
+                               at::ScalarType dtype, int64_t first_round,
+                               const std::optional<at::Tensor>& adj_index) {
   const Plan plan = check_negative_sample(excluded_adj, num_ranks, count, replace, mode_name,
                                           num_src_nodes, num_dst_nodes, dtype, first_round);
+  if (adj_index.has_value()) check_adj_index(*adj_index, excluded_adj, 0);  // [0]: see below
   const Mode mode = plan.mode;
   const int64_t columns = plan.columns;
   at::Tensor out = at::empty({2, columns}, excluded_adj.options().dtype(dtype));
@@ -587,8 +590,15 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> excluded_edge_keys_cpu(
 
 }  // namespace
 
+// This kernel merges sorted ranks with adj and searches no index: [0], as the schema says.
+at::Tensor negative_sample_index_cpu(const at::Tensor& excluded_adj, int64_t num_ranks) {
+  check_negative_sample_index(excluded_adj, num_ranks);
+  return at::empty({0}, excluded_adj.options());
+}
+
 TORCH_LIBRARY_IMPL(pyg_edgedot, CPU, m) {
   m.impl("negative_sample", &negative_sample_cpu);
+  m.impl("negative_sample_index", &negative_sample_index_cpu);
   m.impl("excluded_keys", &excluded_keys_cpu);
   m.impl("excluded_edge_keys", &excluded_edge_keys_cpu);
 }

@@ -4,7 +4,8 @@
 // (a counter), so this kernel computes the same numbers by parallel steps:
 //
 //   replace=True: one thread per output column t: rank t of the rank stream, its key through
-//     the bucket index over adj (vec.cuh's build_adj_index), its pair. No sort, no host sync.
+//     the bucket index over adj (vec.cuh's build_adj_index, per call or the caller's kept
+//     negative_sample_index), its pair. No sort, no host sync.
 //   replace=False, count < M / 4 (sparse): the first `count` distinct ranks of the rank stream
 //     in order of first appearance. n draws (ranks 0 .. n - 1) as words, the top bits of the
 //     rank above the draw index, sorted by CUB's radix sort on those top bits only: whole
@@ -47,6 +48,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <tuple>
 #include <type_traits>
 
@@ -453,10 +455,30 @@ void permute_and_write(const at::Tensor& keys, int64_t n, int64_t count, int64_t
   });
 }
 
+// The bucket index of a negative_sample call: the caller's (negative_sample_index's tensor,
+// checked against the plan it was built by), else built for this call (`kept` holds it).
+AdjIndex rank_index(const at::Tensor& adj, int64_t num_ranks,
+                    const std::optional<at::Tensor>& given, at::Tensor& kept,
+                    cudaStream_t stream) {
+  AdjIndex index;
+  if (!given.has_value()) {
+    kept = cuda::build_adj_index(adj, num_ranks, index, stream);
+    return index;
+  }
+  const bool planned = cuda::plan_cuda_adj_index(adj.numel(), num_ranks, index);
+  check_adj_index(*given, adj, planned ? index.num_buckets + 1 : 0);
+  if (planned) {
+    kept = given->contiguous();
+    index.bucket = kept.const_data_ptr<int64_t>();
+  }
+  return index;
+}
+
 at::Tensor negative_sample_cuda(const at::Tensor& excluded_adj, int64_t num_ranks, int64_t count,
                                 int64_t seed, bool replace, c10::string_view mode_name,
                                 int64_t num_src_nodes, int64_t num_dst_nodes,
-                                at::ScalarType dtype, int64_t first_round) {
+                                at::ScalarType dtype, int64_t first_round,
+                                const std::optional<at::Tensor>& given_index) {
   const Plan plan = check_negative_sample(excluded_adj, num_ranks, count, replace, mode_name,
                                           num_src_nodes, num_dst_nodes, dtype, first_round);
   const c10::cuda::CUDAGuard guard(excluded_adj.device());
@@ -465,8 +487,8 @@ at::Tensor negative_sample_cuda(const at::Tensor& excluded_adj, int64_t num_rank
   if (count == 0) return out;
 
   const at::Tensor adj = excluded_adj.contiguous();
-  AdjIndex adj_index;
-  const at::Tensor bucket = cuda::build_adj_index(adj, num_ranks, adj_index, stream);
+  at::Tensor bucket;
+  const AdjIndex adj_index = rank_index(adj, num_ranks, given_index, bucket, stream);
   const int64_t* adj_data = adj.const_data_ptr<int64_t>();
   const int64_t num_adj = adj.numel();
   if (replace) {
@@ -602,8 +624,18 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> excluded_edge_keys_cuda(
 
 }  // namespace
 
+at::Tensor negative_sample_index_cuda(const at::Tensor& excluded_adj, int64_t num_ranks) {
+  check_negative_sample_index(excluded_adj, num_ranks);
+  const c10::cuda::CUDAGuard guard(excluded_adj.device());
+  AdjIndex index;
+  const at::Tensor bucket = cuda::build_adj_index(excluded_adj.contiguous(), num_ranks, index,
+                                                  c10::cuda::getCurrentCUDAStream());
+  return bucket.defined() ? bucket : at::empty({0}, excluded_adj.options());
+}
+
 TORCH_LIBRARY_IMPL(pyg_edgedot, CUDA, m) {
   m.impl("negative_sample", &negative_sample_cuda);
+  m.impl("negative_sample_index", &negative_sample_index_cuda);
   m.impl("excluded_keys", &excluded_keys_cuda);
   m.impl("excluded_edge_keys", &excluded_edge_keys_cuda);
 }

@@ -318,16 +318,22 @@ __global__ void adj_index_kernel(const int64_t* __restrict__ adj, int64_t num_ad
   }
 }
 
-// The bucket index over adj (counter_rng.h's AdjIndex), where the CPU kernels build theirs: a
-// rank then costs two dependent loads (its bucket, then a stretch of about 4-8 keys) instead
-// of a binary search's log2(A), whose last levels miss L2 at tens of millions of keys. One
-// bucket per 4-8 keys keeps it to 1-2 bytes per key, built per call. Returns the tensor that
-// holds it (undefined, and index.bucket null, where adj is too short to index).
+// The shape of the CUDA kernels' bucket index over num_adj keys (counter_rng.h's AdjIndex):
+// one bucket per 4-8 keys, 1-2 bytes per key. False where adj is too short to index.
+inline bool plan_cuda_adj_index(int64_t num_adj, int64_t num_ranks, rng::AdjIndex& index) {
+  return rng::plan_adj_index(num_adj, num_ranks, num_adj / 4, index);
+}
+
+// The bucket index over adj, where the CPU kernels build theirs: a rank then costs two
+// dependent loads (its bucket, then a stretch of about 4-8 keys) instead of a binary search's
+// log2(A), whose last levels miss L2 at tens of millions of keys. Built per call unless the
+// caller keeps it (negative_sample_index). Returns the tensor that holds it (undefined, and
+// index.bucket null, where adj is too short to index).
 inline at::Tensor build_adj_index(const at::Tensor& adj, int64_t num_ranks,
                                   rng::AdjIndex& index, cudaStream_t stream) {
   constexpr int kThreads = 256;
   const int64_t num_adj = adj.numel();
-  if (!rng::plan_adj_index(num_adj, num_ranks, num_adj / 4, index)) return at::Tensor();
+  if (!plan_cuda_adj_index(num_adj, num_ranks, index)) return at::Tensor();
   const int64_t num_entries = index.num_buckets + 1;
   at::Tensor bucket = at::empty({num_entries}, adj.options());
   const int64_t blocks = std::min<int64_t>((num_entries + kThreads - 1) / kThreads,

@@ -462,21 +462,27 @@ def _pairs(mode: str, keys: Tensor, n_src: int, n_dst: int, dtype: torch.dtype) 
 
 def _negative_sample_fallback(excluded_adj: Tensor, num_ranks: int, count: int, seed: int,
                               replace: bool, mode: str, num_src_nodes: int,
-                              num_dst_nodes: int, dtype: torch.dtype,
-                              first_round: int = -1) -> Tensor:
+                              num_dst_nodes: int, dtype: torch.dtype, first_round: int = -1,
+                              adj_index: Optional[Tensor] = None) -> Tensor:
     """``negative_sample`` in pure PyTorch (any device without a compiled kernel): the draw
     from a torch generator seeded with ``seed`` (not the kernels' counter-based generator:
-    the same distribution, other draws)."""
+    the same distribution, other draws). It searches ``excluded_adj`` with
+    ``torch.searchsorted`` and takes no index (``adj_index`` is ignored)."""
     generator = torch.Generator(device=excluded_adj.device)
     generator.manual_seed(seed)
     keys = _draw_keys(excluded_adj, num_ranks, count, replace, generator, first_round)
     return _pairs(mode, keys, num_src_nodes, num_dst_nodes, dtype)
 
 
-def _negative_sample(*args) -> Tensor:
+def _negative_sample(*args, **kwargs) -> Tensor:
     """The registered op: the device's kernel (C++ or CUDA) or the fallback, as the backend
     table says (the tests swap in the fallback here to run both)."""
-    return torch.ops.pyg_edgedot.negative_sample(*args)
+    return torch.ops.pyg_edgedot.negative_sample(*args, **kwargs)
+
+
+def _negative_sample_index_fallback(excluded_adj: Tensor, num_ranks: int) -> Tensor:
+    """``negative_sample_index`` where the fallback draws: it searches no index, so ``[0]``."""
+    return excluded_adj.new_empty(0)
 
 
 def _draw_seed(generator: Optional[torch.Generator]) -> int:
@@ -490,6 +496,7 @@ def _draw_seed(generator: Optional[torch.Generator]) -> int:
 
 def fallback_impls() -> dict:
     return {"negative_sample": _negative_sample_fallback,
+            "negative_sample_index": _negative_sample_index_fallback,
             "excluded_keys": _excluded_keys_fallback,
             "excluded_edge_keys": _excluded_edge_keys_fallback}
 
@@ -498,9 +505,15 @@ def register_fake_and_autograd() -> None:
     # Integer output: no autograd.
     @torch.library.register_fake("pyg_edgedot::negative_sample")
     def _negative_sample_fake(excluded_adj, num_ranks, count, seed, replace, mode,
-                              num_src_nodes, num_dst_nodes, dtype, first_round=-1):
+                              num_src_nodes, num_dst_nodes, dtype, first_round=-1,
+                              adj_index=None):
         columns = 2 * count if mode == _UNDIRECTED else count
         return excluded_adj.new_empty((2, columns), dtype=dtype)
+
+    @torch.library.register_fake("pyg_edgedot::negative_sample_index")
+    def _negative_sample_index_fake(excluded_adj, num_ranks):
+        # its size depends on the device's kernel: [0] on the CPU, buckets on CUDA
+        return excluded_adj.new_empty(torch.library.get_ctx().new_dynamic_size())
 
     @torch.library.register_fake("pyg_edgedot::excluded_keys")
     def _excluded_keys_fake(keys, key_bound):
@@ -547,6 +560,7 @@ class _KeySpace:
         self.free = num_keys - excluded_in                       # [B] complement sizes
         self.rank_start = block_key_start - excluded_before      # [B] first rank
         self.num_free = int(self.free.sum())                     # read once, not per draw
+        self._adj_index: Optional[Tensor] = None
 
     @classmethod
     def of_graph(cls, name: str, mode: str, edge_index: Tensor, n_src: int,
@@ -564,7 +578,17 @@ class _KeySpace:
         space.mode, space.n_src, space.n_dst = mode, n_src, n_dst
         space.excluded, space.adj = excluded, adj
         space.num_free = _num_keys(mode, n_src, n_dst) - excluded.numel()
+        space._adj_index = None
         return space
+
+    def adj_index(self) -> Tensor:
+        """``negative_sample_index`` of this graph's space, built on the first draw and
+        kept: the CUDA kernel would otherwise build it per draw, which costs more than a
+        small draw from a large graph."""
+        if self._adj_index is None:
+            self._adj_index = torch.ops.pyg_edgedot.negative_sample_index(self.adj,
+                                                                          self.num_free)
+        return self._adj_index
 
     def decode(self, keys: Tensor, block: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
         if block is None:
@@ -582,8 +606,9 @@ def _warn_short(name: str, asked: int, available: int, what: str, stacklevel: in
 
 class NegativeSampler:
     r"""Exact uniform negative sampler over one graph, built once and drawn from many
-    times: it keeps the sorted excluded keys on ``edge_index``'s device, so each draw pays
-    only for its own samples (``O(k log k + k log E)``).
+    times: it keeps the sorted excluded keys on ``edge_index``'s device (and, from the first
+    draw on, the CUDA kernel's bucket index over them), so each draw pays only for its own
+    samples (``O(k log k + k log E)``).
 
     The candidates are all pairs ``(i, j)`` with ``0 <= i < N_src``, ``0 <= j < N_dst``
     that are not columns of ``edge_index``; in the homogeneous case (``num_nodes`` an int)
@@ -688,7 +713,8 @@ class NegativeSampler:
             count = free
         out = _negative_sample(space.adj, free, count, _draw_seed(generator), replace,
                                space.mode, self.num_src_nodes, self.num_dst_nodes,
-                               dtype or self.index_dtype)
+                               dtype or self.index_dtype,
+                               adj_index=space.adj_index() if count > 0 else None)
         # In range by construction: scoring these pairs needs no validation read.
         _checks.VALIDATED.add([(out, (self.num_src_nodes, self.num_dst_nodes))])
         return out
