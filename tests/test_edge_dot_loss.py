@@ -671,6 +671,26 @@ def test_index_out_of_range(row, device, gen, monkeypatch):
         assert torch.isfinite(grad_src).all() and torch.isfinite(grad_dst).all()
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("negatives", ["structured", "uniform"])
+def test_sampler_first_used_in_inference_mode(negatives, device, gen):
+    # A sampler built, drawn from and used by the loss first under torch.inference_mode (a
+    # validation loop) keeps normal tensors, which later training steps save for backward.
+    graph = _graph(gen, 60, 60, 400, torch.int64, device)
+    x = randn(gen, 60, 5, dtype=torch.float64, device=device).requires_grad_(True)
+    with torch.inference_mode():
+        sampler = NegativeSampler(graph, 60)
+        sampler.sample(10)
+        sampler.sample(10, force_undirected=True)
+        edge_dot_loss(x, x, graph, sampler=sampler, negatives=negatives, seed=5)
+    kept = [sampler._directed.adj, sampler._undirected.adj, sampler._directed.adj_index()]
+    if negatives == "structured":
+        kept.append(sampler._row_ptr)
+    assert not any(torch.is_inference(t) for t in kept)
+    edge_dot_loss(x, x, graph, sampler=sampler, negatives=negatives, seed=5).backward()
+    assert x.grad is not None and bool(torch.isfinite(x.grad).all())
+
+
 def test_structured_sampler_needs_a_negative_per_source():
     # node 0 is connected to every other node: no structured negative for it
     edge_index = torch.tensor([[0, 0, 0, 1], [1, 2, 3, 2]])

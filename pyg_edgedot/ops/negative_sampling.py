@@ -39,6 +39,7 @@ PyG's ``method="dense"`` asks 931 GiB at one million nodes).
 Distinct ranks, uniformly, in random order: see :func:`_draw_distinct` (and the C++
 kernel's header for its own argument, which the CUDA kernel's draws share).
 """
+import contextlib
 import math
 import operator
 import warnings
@@ -531,6 +532,16 @@ def register_fake_and_autograd() -> None:
 # One key space over a graph (or a batch of graphs laid out block after block)
 # ---------------------------------------------------------------------------------------
 
+def _kept_tensors():
+    """Where a NegativeSampler builds the tensors it keeps (its keys, row pointer and bucket
+    index): outside inference mode, even when called inside it (a first use in a validation
+    loop under ``torch.inference_mode``), because ``edge_dot_loss`` saves them for backward
+    in later training steps, which an inference tensor cannot be."""
+    if torch.is_inference_mode_enabled():
+        return torch.inference_mode(False)
+    return contextlib.nullcontext()
+
+
 class _KeySpace:
     """Sorted excluded keys + adj for one mode; complement ranks split into blocks.
 
@@ -569,7 +580,8 @@ class _KeySpace:
         ``edge_index`` on the way: its one host sync reads back the tables' size with
         ``first_bad`` (a CPU tensor), so the build has no other. For an index out of range,
         raises :func:`_check_range`'s ``IndexError``."""
-        excluded, adj, first_bad = _excluded_edge_keys(edge_index, mode, n_src, n_dst)
+        with _kept_tensors():
+            excluded, adj, first_bad = _excluded_edge_keys(edge_index, mode, n_src, n_dst)
         bad = int(first_bad)  # a CPU tensor: no sync
         if bad >= 0:
             _check_range(name, edge_index, n_src, n_dst)
@@ -586,8 +598,9 @@ class _KeySpace:
         kept: the CUDA kernel would otherwise build it per draw, which costs more than a
         small draw from a large graph."""
         if self._adj_index is None:
-            self._adj_index = torch.ops.pyg_edgedot.negative_sample_index(self.adj,
-                                                                          self.num_free)
+            with _kept_tensors():
+                self._adj_index = torch.ops.pyg_edgedot.negative_sample_index(self.adj,
+                                                                              self.num_free)
         return self._adj_index
 
     def decode(self, keys: Tensor, block: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
@@ -732,7 +745,8 @@ class NegativeSampler:
     def _source_rows(self) -> Tensor:
         """The row pointer, built once and kept."""
         if self._row_ptr is None:
-            self._row_ptr = self._row_pointer()
+            with _kept_tensors():
+                self._row_ptr = self._row_pointer()
         return self._row_ptr
 
     def _rows_for(self, num_queries: int) -> Optional[Tensor]:
