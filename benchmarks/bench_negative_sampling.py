@@ -69,28 +69,27 @@ def plain_negative_sampling(edge_index, num_nodes, num_samples, generator=None):
     return torch.stack([out // num_nodes, out % num_nodes])
 
 
-def python_path(fn):
-    """fn with the op's pure-PyTorch implementation in place of the registered one."""
+def with_draw(fn, make_draw):
+    """fn with the sampler's draw (ns_mod._negative_sample) replaced by
+    make_draw(the registered draw) while it runs."""
     def run():
         registered = ns_mod._negative_sample
-        ns_mod._negative_sample = ns_mod._negative_sample_fallback
+        ns_mod._negative_sample = make_draw(registered)
         try:
             return fn()
         finally:
             ns_mod._negative_sample = registered
     return run
+
+
+def python_path(fn):
+    """fn with the op's pure-PyTorch implementation in place of the registered one."""
+    return with_draw(fn, lambda registered: ns_mod._negative_sample_fallback)
 
 
 def index_per_call(fn):
     """fn with the sampler's draw leaving out its kept bucket index (adj_index)."""
-    def run():
-        registered = ns_mod._negative_sample
-        ns_mod._negative_sample = lambda *args, adj_index=None: registered(*args)
-        try:
-            return fn()
-        finally:
-            ns_mod._negative_sample = registered
-    return run
+    return with_draw(fn, lambda registered: lambda *args, adj_index=None: registered(*args))
 
 
 def time_once(fn, device):

@@ -270,6 +270,13 @@ inline EdgeKeys check_excluded_edge_keys(const at::Tensor& edge_index,
   return EdgeKeys{mode, Encoder{num_src_nodes, num_dst_nodes, keys}, bit_width(keys + 1)};
 }
 
+// excluded_adj of negative_sample and negative_sample_index: 1-D int64.
+inline void check_excluded_adj(const char* op, const at::Tensor& excluded_adj) {
+  PYG_EDGEDOT_CHECK(excluded_adj.dim() == 1 && excluded_adj.scalar_type() == at::kLong, op,
+                    ": excluded_adj must be a 1-D int64 tensor (got ",
+                    std::to_string(excluded_adj.dim()), "-D ", excluded_adj.scalar_type(), ")");
+}
+
 // The checks of negative_sample's arguments (both kernels raise the same errors).
 inline Plan check_negative_sample(const at::Tensor& excluded_adj, int64_t num_ranks,
                                   int64_t count, bool replace, c10::string_view mode_name,
@@ -277,9 +284,7 @@ inline Plan check_negative_sample(const at::Tensor& excluded_adj, int64_t num_ra
                                   at::ScalarType dtype, int64_t first_round) {
   const char* op = "negative_sample";
   const Mode mode = parse_mode(mode_name);
-  PYG_EDGEDOT_CHECK(excluded_adj.dim() == 1 && excluded_adj.scalar_type() == at::kLong, op,
-                    ": excluded_adj must be a 1-D int64 tensor (got ",
-                    std::to_string(excluded_adj.dim()), "-D ", excluded_adj.scalar_type(), ")");
+  check_excluded_adj(op, excluded_adj);
   PYG_EDGEDOT_CHECK(dtype == at::kInt || dtype == at::kLong, op,
                     ": dtype must be int32 or int64 (got ", dtype, ")");
   PYG_EDGEDOT_CHECK(num_src_nodes >= 0 && num_dst_nodes >= 0 && num_ranks >= 0 && count >= 0 &&
@@ -319,9 +324,7 @@ inline void check_adj_index(const at::Tensor& index, const at::Tensor& excluded_
 }
 
 inline void check_negative_sample_index(const at::Tensor& excluded_adj, int64_t num_ranks) {
-  PYG_EDGEDOT_CHECK(excluded_adj.dim() == 1 && excluded_adj.scalar_type() == at::kLong,
-                    "negative_sample_index: excluded_adj must be a 1-D int64 tensor (got ",
-                    std::to_string(excluded_adj.dim()), "-D ", excluded_adj.scalar_type(), ")");
+  check_excluded_adj("negative_sample_index", excluded_adj);
   PYG_EDGEDOT_CHECK(num_ranks >= 0, "negative_sample_index: num_ranks must be >= 0 (got ",
                     std::to_string(num_ranks), ")");
 }
