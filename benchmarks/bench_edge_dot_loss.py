@@ -15,6 +15,11 @@ structured negatives per positive, BCE with logits, mean reduction. Methods:
   ours_sampler       pyg_edgedot.edge_dot_loss with the NegativeSampler (exact negatives)
   edge_dot_positives pyg_edgedot.edge_dot on the E positives alone, .sum() as the loss:
                      the yardstick of the target "loss fwd+bwd <= 2.2x edge_dot fwd+bwd" at K=1
+  ours_sampler_batch ours_sampler on one mini-batch: the first 65,536 positives (or E)
+  ours_sampler_batch_index_per_call
+                     the same with the sampler's kept bucket index withheld, so the CUDA
+                     kernels build it per call, forward and backward (the C++ kernels build
+                     their own either way)
 
 ``check`` for ours / ours_sampler: |loss - eager loss on the same negatives| / |eager loss|
 (the negatives materialized with loss_negatives, scored eagerly in float64; the first 2^20
@@ -45,7 +50,8 @@ SCHEMA = "pyg_edgedot-bench-edge-dot-loss/1"
 SIZES = {"cuda": dict(nodes=2_927_963, edges=30_000_000, dim=128),
          "cpu": dict(nodes=100_000, edges=250_000, dim=64)}
 METHODS = ["pyg_randint", "pyg_sampler", "edge_dot_unfused", "ours", "ours_sampler",
-           "edge_dot_positives"]
+           "edge_dot_positives", "ours_sampler_batch", "ours_sampler_batch_index_per_call"]
+BATCH = 1 << 16
 
 
 def eager_bce(z: torch.Tensor, pairs: torch.Tensor, num_pos: int) -> torch.Tensor:
@@ -76,6 +82,16 @@ def methods(z, pos, sampler, k) -> Dict[str, Callable[[], torch.Tensor]]:
         labels[:num_pos] = 1
         return F.binary_cross_entropy_with_logits(logits, labels)
 
+    batch = pos[:, :BATCH]
+
+    def batch_index_per_call():
+        space = sampler._directed
+        space.adj_index = lambda: None  # shadows the method: no kept index for this call
+        try:
+            return edge_dot_loss(z, z, batch, num_negatives=k, sampler=sampler)
+        finally:
+            del space.adj_index
+
     assert pyg_edgedot.backends()[z.device.type] in ("cpp", "cuda")
     return {
         "pyg_randint": lambda: eager_bce(z, randint_pairs(), num_pos),
@@ -84,6 +100,9 @@ def methods(z, pos, sampler, k) -> Dict[str, Callable[[], torch.Tensor]]:
         "ours": lambda: edge_dot_loss(z, z, pos, num_negatives=k),
         "ours_sampler": lambda: edge_dot_loss(z, z, pos, num_negatives=k, sampler=sampler),
         "edge_dot_positives": lambda: edge_dot(z, z, pos).sum(),
+        "ours_sampler_batch": lambda: edge_dot_loss(z, z, batch, num_negatives=k,
+                                                    sampler=sampler),
+        "ours_sampler_batch_index_per_call": batch_index_per_call,
     }
 
 
@@ -162,10 +181,10 @@ def _loadavg():
 
 def _row(rec: Dict[str, Any]) -> str:
     if rec.get("status") != "ok":
-        return f"{rec['method']:<20} {rec['phase']:<17} {rec.get('status')}: {rec.get('message')}"
+        return f"{rec['method']:<33} {rec['phase']:<17} {rec.get('status')}: {rec.get('message')}"
     peak = rec.get("peak_extra_bytes")
     peak = f"{peak / 2 ** 20:10.0f}" if peak is not None else f"{'n/a':>10}"
-    return f"{rec['method']:<20} {rec['phase']:<17} {rec['ms']:10.2f} {peak}"
+    return f"{rec['method']:<33} {rec['phase']:<17} {rec['ms']:10.3f} {peak}"
 
 
 def summary(doc: Dict[str, Any]) -> List[str]:
@@ -201,7 +220,7 @@ def main(argv=None) -> int:
                    help="torch.set_num_threads (CPU; 0: torch's default)")
     p.add_argument("--out", type=Path, default=None, help="JSON path")
     args = p.parse_args(argv)
-    print(f"{'method':<20} {'phase':<17} {'ms':>10} {'peak MiB':>10}")
+    print(f"{'method':<33} {'phase':<17} {'ms':>10} {'peak MiB':>10}")
     doc = run(args)
     doc["summary"] = summary(doc)
     print("\n".join(doc["summary"]))

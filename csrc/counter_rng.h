@@ -1,12 +1,16 @@
 // What the kernels that draw random pairs share (edge_dot_loss's in-kernel negatives and
 // negative_sample's draw): the counter-based generator's core (splitmix64's increment and
 // finalizer) and the rank -> key search over a graph's excluded keys (with its optional bucket
-// index), as host/device functions.
+// index), as host/device functions; and the host check of a bucket index a caller kept.
 #pragma once
+
+#include <ATen/ATen.h>
 
 #include <cmath>
 #include <cstdint>
+#include <string>
 
+#include "check.h"
 #include "host_device.h"
 
 namespace pyg_edgedot {
@@ -59,6 +63,19 @@ inline bool plan_adj_index(int64_t num_adj, int64_t num_ranks, int64_t max_bucke
   while ((num_ranks >> index.shift) > max_buckets) ++index.shift;
   index.num_buckets = (num_ranks >> index.shift) + 1;
   return true;
+}
+
+// The checks of a kept index that a caller passes as `adj_index` (negative_sample_index's
+// tensor, to negative_sample and the loss ops): `size` is what negative_sample_index returns
+// on adj's device for this adj and num_ranks.
+inline void check_adj_index(const char* op, const at::Tensor& index, const at::Tensor& adj,
+                            int64_t size) {
+  PYG_EDGEDOT_CHECK(index.dim() == 1 && index.scalar_type() == at::kLong &&
+                        index.device() == adj.device() && index.numel() == size,
+                    op, ": adj_index must be negative_sample_index(excluded_adj, num_ranks): ",
+                    std::to_string(size), " int64 values on ", adj.device(), " (got a ",
+                    std::to_string(index.dim()), "-D ", index.scalar_type(), " tensor of ",
+                    std::to_string(index.numel()), " on ", index.device(), ")");
 }
 
 // The key of the complement's rank: rank + upper_bound(adj, 0, A, rank), through the index

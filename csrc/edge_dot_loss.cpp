@@ -13,19 +13,26 @@ TORCH_LIBRARY_FRAGMENT(pyg_edgedot, m) {
   // int64 counts the excluded keys before each source's row ("structured" negatives; may be
   // empty when nothing is excluded). negatives: "structured" | "uniform"; loss: "bce" | "bpr";
   // reduction: "mean" | "sum".
+  // adj_index: negative_sample_index(excluded_adj, num_ranks) for the key space's num_ranks
+  // (its size less A), kept by the caller (NegativeSampler), or None: the CUDA kernels then
+  // build it per call (forward and backward); the C++ kernels build their own, denser one
+  // either way (negative_sample_index returns [0] on the CPU). The loss does not depend on it;
+  // a tensor of another size is an error, other values give other negatives, never a bad
+  // access.
   // loss: [] in x_src's dtype. first_bad: [1] int64, the first positive with an index out of
   // range, or -1. score_grad: [E, 1 + K] in x_src's dtype, dloss/dscore before the reduction's
   // 1/count (column 0 the positive, 1.. its negatives), what the backward scatters.
   m.def("edge_dot_loss(Tensor x_src, Tensor x_dst, Tensor src_index, Tensor dst_index, "
         "Tensor seed, Tensor excluded_adj, Tensor row_ptr, int num_negatives, "
         "int num_src_nodes, int num_dst_nodes, bool self_loops, str negatives, str loss, "
-        "str reduction) -> (Tensor loss, Tensor first_bad, Tensor score_grad)");
+        "str reduction, Tensor? adj_index=None) "
+        "-> (Tensor loss, Tensor first_bad, Tensor score_grad)");
   // The gradients of edge_dot_loss for x_src and x_dst ([N_src, D] and [N_dst, D]; [0, D]
   // where not needed): regenerates the negatives and scatters grad_loss * score_grad
   // (/ count for "mean"), deterministically.
   m.def("edge_dot_loss_grad(Tensor grad_loss, Tensor score_grad, Tensor x_src, Tensor x_dst, "
         "Tensor src_index, Tensor dst_index, Tensor seed, Tensor excluded_adj, Tensor row_ptr, "
         "int num_negatives, int num_src_nodes, int num_dst_nodes, bool self_loops, "
-        "str negatives, str loss, str reduction, bool needs_src, bool needs_dst) "
-        "-> (Tensor grad_x_src, Tensor grad_x_dst)");
+        "str negatives, str loss, str reduction, bool needs_src, bool needs_dst, "
+        "Tensor? adj_index=None) -> (Tensor grad_x_src, Tensor grad_x_dst)");
 }

@@ -11,6 +11,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <optional>
 #include <tuple>
 
 #include "check.h"
@@ -261,6 +262,7 @@ struct Call {
   at::Tensor x_src, x_dst;                // unit column stride
   at::Tensor src_index, dst_index, seed;  // as given
   at::Tensor adj, row_ptr;                // contiguous
+  at::Tensor adj_index;   // the caller's kept bucket index (as given), or undefined
   at::Tensor grad_loss;   // edge_dot_loss_grad: as given; undefined for edge_dot_loss
   at::Tensor score_grad;  // edge_dot_loss_grad: contiguous; undefined for edge_dot_loss
   int64_t num_edges;
@@ -276,7 +278,9 @@ inline Call prepare_call(const char* op, const at::Tensor& x_src, const at::Tens
                          const at::Tensor& row_ptr, int64_t num_negatives,
                          int64_t num_src_nodes, int64_t num_dst_nodes, bool self_loops,
                          c10::string_view negatives, c10::string_view loss,
-                         c10::string_view reduction, const at::Tensor* grad_loss = nullptr,
+                         c10::string_view reduction,
+                         const std::optional<at::Tensor>& adj_index,
+                         const at::Tensor* grad_loss = nullptr,
                          const at::Tensor* score_grad = nullptr) {
   Call call;
   call.options = parse_options(op, negatives, loss, reduction);
@@ -300,6 +304,7 @@ inline Call prepare_call(const char* op, const at::Tensor& x_src, const at::Tens
   }
   call.adj = excluded_adj.contiguous();
   call.row_ptr = row_ptr.contiguous();
+  if (adj_index.has_value()) call.adj_index = *adj_index;  // each backend checks its size
   return call;
 }
 
@@ -321,10 +326,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> edge_dot_loss_op(
     const at::Tensor& dst_index, const at::Tensor& seed, const at::Tensor& excluded_adj,
     const at::Tensor& row_ptr, int64_t num_negatives, int64_t num_src_nodes,
     int64_t num_dst_nodes, bool self_loops, c10::string_view negatives, c10::string_view loss,
-    c10::string_view reduction) {
+    c10::string_view reduction, const std::optional<at::Tensor>& adj_index) {
   return kernel(prepare_call("edge_dot_loss", x_src, x_dst, src_index, dst_index, seed,
                              excluded_adj, row_ptr, num_negatives, num_src_nodes, num_dst_nodes,
-                             self_loops, negatives, loss, reduction));
+                             self_loops, negatives, loss, reduction, adj_index));
 }
 
 template <LossGradKernel kernel>
@@ -334,10 +339,11 @@ std::tuple<at::Tensor, at::Tensor> edge_dot_loss_grad_op(
     const at::Tensor& seed, const at::Tensor& excluded_adj, const at::Tensor& row_ptr,
     int64_t num_negatives, int64_t num_src_nodes, int64_t num_dst_nodes, bool self_loops,
     c10::string_view negatives, c10::string_view loss, c10::string_view reduction,
-    bool needs_src, bool needs_dst) {
+    bool needs_src, bool needs_dst, const std::optional<at::Tensor>& adj_index) {
   return kernel(prepare_call("edge_dot_loss_grad", x_src, x_dst, src_index, dst_index, seed,
                              excluded_adj, row_ptr, num_negatives, num_src_nodes, num_dst_nodes,
-                             self_loops, negatives, loss, reduction, &grad_loss, &score_grad),
+                             self_loops, negatives, loss, reduction, adj_index, &grad_loss,
+                             &score_grad),
                 needs_src, needs_dst);
 }
 

@@ -20,6 +20,7 @@ namespace pyg_edgedot {
 namespace negsample {
 
 using rng::AdjIndex;
+using rng::check_adj_index;
 using rng::kGamma;
 using rng::mix64;
 using rng::rank_to_key;  // rank r of the complement -> its key r + #{i : adj_i <= r}
@@ -310,19 +311,7 @@ inline Plan check_negative_sample(const at::Tensor& excluded_adj, int64_t num_ra
               Decoder{num_src_nodes, row_width, 1.0 / static_cast<double>(row_width)}};
 }
 
-// The checks of negative_sample's adj_index (when given) and of negative_sample_index's
-// arguments: `size` is what negative_sample_index returns on this device for excluded_adj.
-inline void check_adj_index(const at::Tensor& index, const at::Tensor& excluded_adj,
-                            int64_t size) {
-  PYG_EDGEDOT_CHECK(index.dim() == 1 && index.scalar_type() == at::kLong &&
-                        index.device() == excluded_adj.device() && index.numel() == size,
-                    "negative_sample: adj_index must be negative_sample_index(excluded_adj, "
-                    "num_ranks): ", std::to_string(size), " int64 values on ",
-                    excluded_adj.device(), " (got a ", std::to_string(index.dim()), "-D ",
-                    index.scalar_type(), " tensor of ", std::to_string(index.numel()), " on ",
-                    index.device(), ")");
-}
-
+// The checks of negative_sample_index's arguments.
 inline void check_negative_sample_index(const at::Tensor& excluded_adj, int64_t num_ranks) {
   check_excluded_adj("negative_sample_index", excluded_adj);
   PYG_EDGEDOT_CHECK(num_ranks >= 0, "negative_sample_index: num_ranks must be >= 0 (got ",

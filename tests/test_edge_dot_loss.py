@@ -592,6 +592,83 @@ def test_compile_fullgraph(backend, gen, fresh_dynamo):
     assert torch.allclose(compiled[1], eager[1], rtol=1e-10, atol=1e-14)
 
 
+# The sampler's kept bucket index (negative_sample_index, passed as adj_index; [0] on the CPU,
+# whose kernels build their own): the same bits as the index built per call, its checks, and
+# no read outside adj whatever its values.
+
+def _kept_index_problem(gen, device, negatives="uniform"):
+    graph = _graph(gen, 300, 300, 30_000, torch.int64, device)
+    sampler = NegativeSampler(graph, 300)
+    x = randn(gen, 300, 6, dtype=torch.float32, device=device)
+    positives = _graph(gen, 300, 300, 3000, torch.int64, device)
+    args = _op_args(x, x, positives, sampler, 4, negatives, "bce", "mean")
+    return args, sampler._directed.adj_index()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("negatives", ["structured", "uniform"])
+def test_kernel_kept_index_same_bits(negatives, device, gen):
+    _kernel_or_skip(device)
+    args, index = _kept_index_problem(gen, device, negatives)
+    assert args[5].numel() > 4096 and (index.numel() == 0) == (device == "cpu")
+    plain = torch.ops.pyg_edgedot.edge_dot_loss(*args)
+    kept = torch.ops.pyg_edgedot.edge_dot_loss(*args, adj_index=index)
+    assert all(torch.equal(a, b) for a, b in zip(plain, kept))
+    g = torch.tensor(1.3, device=device)
+    grads = torch.ops.pyg_edgedot.edge_dot_loss_grad(g, plain[2], *args, True, True)
+    kept_grads = torch.ops.pyg_edgedot.edge_dot_loss_grad(g, plain[2], *args, True, True,
+                                                          adj_index=index)
+    assert all(torch.equal(a, b) for a, b in zip(grads, kept_grads))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_kernel_kept_index_checks(device, gen):
+    _kernel_or_skip(device)
+    args, index = _kept_index_problem(gen, device)
+    wrong = torch.zeros(index.numel() + 2, dtype=torch.int64, device=device)
+    g = torch.tensor(1.0, device=device)
+    score_grad = torch.ops.pyg_edgedot.edge_dot_loss(*args)[2]
+    for bad in (wrong, index.int()):
+        with pytest.raises(RuntimeError, match="edge_dot_loss: adj_index must be "
+                                               "negative_sample_index"):
+            torch.ops.pyg_edgedot.edge_dot_loss(*args, adj_index=bad)
+        with pytest.raises(RuntimeError, match="edge_dot_loss_grad: adj_index must be "
+                                               "negative_sample_index"):
+            torch.ops.pyg_edgedot.edge_dot_loss_grad(g, score_grad, *args, True, True,
+                                                     adj_index=bad)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_kernel_kept_index_bad_values_no_bad_access(device, gen):
+    if device == "cpu":
+        pytest.skip("the CUDA kernels alone take an index")
+    _kernel_or_skip(device)
+    args, index = _kept_index_problem(gen, device)
+    bad = torch.randint(-2 ** 40, 2 ** 40, index.shape, generator=gen).to(device)
+    out, first_bad, score_grad = torch.ops.pyg_edgedot.edge_dot_loss(*args, adj_index=bad)
+    grads = torch.ops.pyg_edgedot.edge_dot_loss_grad(torch.tensor(1.0, device=device),
+                                                     score_grad, *args, True, True,
+                                                     adj_index=bad)
+    torch.cuda.synchronize()
+    assert bool(torch.isfinite(out)) and int(first_bad) == -1
+    assert all(bool(torch.isfinite(grad).all()) for grad in grads)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_opcheck_kept_index(device, gen):
+    args, index = _kept_index_problem(gen, device)
+    x_src = args[0].detach().requires_grad_(True)
+    x_dst = args[1].detach().clone().requires_grad_(True)
+    args = (x_src, x_dst) + args[2:]
+    torch.library.opcheck(torch.ops.pyg_edgedot.edge_dot_loss.default, args,
+                          {"adj_index": index})
+    _, _, score_grad = torch.ops.pyg_edgedot.edge_dot_loss(*args, adj_index=index)
+    grad_args = (torch.tensor(1.0, device=device), score_grad.detach(), x_src.detach(),
+                 x_dst.detach()) + args[2:] + (True, True)
+    torch.library.opcheck(torch.ops.pyg_edgedot.edge_dot_loss_grad.default, grad_args,
+                          {"adj_index": index})
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("num_edges", [0, 23])
 @pytest.mark.parametrize("dtypes", [(torch.float32, torch.int64), (torch.float64, torch.int32),

@@ -265,7 +265,14 @@ Args<scalar_t, index_t> make_args(const loss::Call& call, const loss::AdjIndex& 
   return p;
 }
 
+// A kept index (adj_index) is the CUDA kernels' (negative_sample_index: [0] on the CPU); these
+// kernels build their own, denser one per call.
+void check_no_adj_index(const char* op, const loss::Call& call) {
+  if (call.adj_index.defined()) rng::check_adj_index(op, call.adj_index, call.adj, 0);
+}
+
 std::tuple<at::Tensor, at::Tensor, at::Tensor> edge_dot_loss_cpu(const loss::Call& call) {
+  check_no_adj_index("edge_dot_loss", call);
   const loss::Options& options = call.options;
   const at::Tensor &x_src = call.x_src, &src_index = call.src_index;
   const int64_t num_edges = call.num_edges, width = call.width;
@@ -430,6 +437,7 @@ void edge_dot_loss_grad_cpu_impl(const Args<scalar_t, index_t>& p, const at::Ten
 
 std::tuple<at::Tensor, at::Tensor> edge_dot_loss_grad_cpu(const loss::Call& call,
                                                           bool needs_src, bool needs_dst) {
+  check_no_adj_index("edge_dot_loss_grad", call);
   const at::Tensor &x_src = call.x_src, &x_dst = call.x_dst;
   const int64_t num_edges = call.num_edges;
   const int64_t feat_dim = x_src.size(1);

@@ -464,7 +464,9 @@ at::Tensor negative_sample_cpu(const at::Tensor& excluded_adj, int64_t num_ranks
                                const std::optional<at::Tensor>& adj_index) {
   const Plan plan = check_negative_sample(excluded_adj, num_ranks, count, replace, mode_name,
                                           num_src_nodes, num_dst_nodes, dtype, first_round);
-  if (adj_index.has_value()) check_adj_index(*adj_index, excluded_adj, 0);  // [0]: see below
+  if (adj_index.has_value()) {  // [0]: negative_sample_index_cpu below
+    check_adj_index("negative_sample", *adj_index, excluded_adj, 0);
+  }
   const Mode mode = plan.mode;
   const int64_t columns = plan.columns;
   at::Tensor out = at::empty({2, columns}, excluded_adj.options().dtype(dtype));

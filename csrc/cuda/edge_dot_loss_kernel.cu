@@ -199,14 +199,17 @@ void launch_scores(const at::Tensor& x_src, const at::Tensor& x_dst, const at::T
 }
 
 // The space's device pointers and seed: a CPU seed is read here (no synchronization), a
-// device seed in the kernels. `bucket` holds the adj index the space points to.
-Space device_space(const loss::Call& call, const int64_t** seed_ptr, at::Tensor& bucket) {
+// device seed in the kernels. `bucket` holds the adj index the space points to: the caller's
+// kept one, else built for this call.
+Space device_space(const char* op, const loss::Call& call, const int64_t** seed_ptr,
+                   at::Tensor& bucket) {
   const at::Tensor &adj = call.adj, &row_ptr = call.row_ptr, &seed = call.seed;
   Space sp = call.space;
   sp.adj = adj.const_data_ptr<int64_t>();
   sp.row_ptr = row_ptr.numel() > 0 ? row_ptr.const_data_ptr<int64_t>() : nullptr;
-  bucket = build_adj_index(adj, sp.num_ranks, sp.adj_index,
-                           c10::cuda::getCurrentCUDAStream());
+  bucket = adj_index_of(op, adj, sp.num_ranks,
+                        call.adj_index.defined() ? &call.adj_index : nullptr, sp.adj_index,
+                        c10::cuda::getCurrentCUDAStream());
   if (seed.is_cuda()) {
     *seed_ptr = seed.const_data_ptr<int64_t>();
   } else {
@@ -232,7 +235,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> edge_dot_loss_cuda(const loss::Ca
   }
   const int64_t* seed_ptr = nullptr;
   at::Tensor bucket;
-  const Space sp = device_space(call, &seed_ptr, bucket);
+  const Space sp = device_space("edge_dot_loss", call, &seed_ptr, bucket);
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   const int64_t num_tiles = (num_edges + kTile - 1) / kTile;
   at::Tensor partial = at::empty({num_tiles}, x_src.options().dtype(at::kDouble));
@@ -436,7 +439,7 @@ std::tuple<at::Tensor, at::Tensor> edge_dot_loss_grad_cuda(const loss::Call& cal
   if (num_pairs > 0 && feat_dim > 0 && (needs_src || needs_dst)) {
     const int64_t* seed_ptr = nullptr;
     at::Tensor bucket;
-    const Space sp = device_space(call, &seed_ptr, bucket);
+    const Space sp = device_space("edge_dot_loss_grad", call, &seed_ptr, bucket);
     const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
     const double count = call.options.mean ? static_cast<double>(call.num_terms) : 0.0;
     // Chunks as the composite's: max(2^24 pairs, the gradients' bytes / 48), whole positives

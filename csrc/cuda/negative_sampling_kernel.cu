@@ -455,25 +455,6 @@ void permute_and_write(const at::Tensor& keys, int64_t n, int64_t count, int64_t
   });
 }
 
-// The bucket index of a negative_sample call: the caller's (negative_sample_index's tensor,
-// checked against the plan it was built by), else built for this call (`kept` holds it).
-AdjIndex rank_index(const at::Tensor& adj, int64_t num_ranks,
-                    const std::optional<at::Tensor>& given, at::Tensor& kept,
-                    cudaStream_t stream) {
-  AdjIndex index;
-  if (!given.has_value()) {
-    kept = cuda::build_adj_index(adj, num_ranks, index, stream);
-    return index;
-  }
-  const bool planned = cuda::plan_cuda_adj_index(adj.numel(), num_ranks, index);
-  check_adj_index(*given, adj, planned ? index.num_buckets + 1 : 0);
-  if (planned) {
-    kept = given->contiguous();
-    index.bucket = kept.const_data_ptr<int64_t>();
-  }
-  return index;
-}
-
 at::Tensor negative_sample_cuda(const at::Tensor& excluded_adj, int64_t num_ranks, int64_t count,
                                 int64_t seed, bool replace, c10::string_view mode_name,
                                 int64_t num_src_nodes, int64_t num_dst_nodes,
@@ -487,8 +468,10 @@ at::Tensor negative_sample_cuda(const at::Tensor& excluded_adj, int64_t num_rank
   if (count == 0) return out;
 
   const at::Tensor adj = excluded_adj.contiguous();
-  at::Tensor bucket;
-  const AdjIndex adj_index = rank_index(adj, num_ranks, given_index, bucket, stream);
+  AdjIndex adj_index;
+  const at::Tensor bucket = cuda::adj_index_of("negative_sample", adj, num_ranks,
+                                               given_index ? &*given_index : nullptr,
+                                               adj_index, stream);
   const int64_t* adj_data = adj.const_data_ptr<int64_t>();
   const int64_t num_adj = adj.numel();
   if (replace) {

@@ -106,6 +106,7 @@ class _Space(NamedTuple):
     num_dst_nodes: int
     self_loops: bool       # whether (i, i) is a candidate (always, without a sampler)
     structured: bool
+    adj_index: Optional[Tensor] = None  # the sampler's kept bucket index (see the ops)
 
     @property
     def width(self) -> int:
@@ -174,7 +175,7 @@ def _space_of(op: str, device: torch.device, nodes: Tuple[int, int], src_index: 
         if not _ALL_SOURCES_FEASIBLE[sampler]:
             _checks.check_loss_sources(op, free, src_index)
     return _Space(seed, space.adj, row_ptr, num_negatives, num_src, num_dst,
-                  space.mode == _DIRECTED, structured)
+                  space.mode == _DIRECTED, structured, space.adj_index())
 
 
 def edge_dot_loss(x_src: Tensor, x_dst: Tensor, edge_index: Tensor, *, num_negatives: int = 1,
@@ -273,7 +274,8 @@ def edge_dot_loss(x_src: Tensor, x_dst: Tensor, edge_index: Tensor, *, num_negat
                                space.num_src_nodes, space.num_dst_nodes, space.num_keys)
     out, first_bad, _ = torch.ops.pyg_edgedot.edge_dot_loss(
         x_src, x_dst, src_index, dst_index, *space[:3], num_negatives, space.num_src_nodes,
-        space.num_dst_nodes, space.self_loops, negatives, loss, reduction)
+        space.num_dst_nodes, space.self_loops, negatives, loss, reduction,
+        adj_index=space.adj_index)
     _checks.raise_if_edge_out_of_range(op, validate, first_bad, edge_index, x_src, x_dst)
     return out
 
@@ -371,7 +373,7 @@ def _count(loss: str, num_edges: int, num_negatives: int) -> int:
 
 def _loss_forward(x_src, x_dst, src_index, dst_index, seed, excluded_adj, row_ptr,
                   num_negatives, num_src_nodes, num_dst_nodes, self_loops, negatives, loss,
-                  reduction):
+                  reduction, adj_index=None):
     args = (x_src, x_dst, src_index, dst_index)
     space = _space_from_args("edge_dot_loss", *args, seed, excluded_adj, row_ptr,
                              num_negatives, num_src_nodes, num_dst_nodes, self_loops,
@@ -404,7 +406,7 @@ def _accumulate(total: Optional[Tensor], part: Tensor) -> Tensor:
 
 def _loss_grad(grad_loss, score_grad, x_src, x_dst, src_index, dst_index, seed, excluded_adj,
                row_ptr, num_negatives, num_src_nodes, num_dst_nodes, self_loops, negatives,
-               loss, reduction, needs_src, needs_dst):
+               loss, reduction, needs_src, needs_dst, adj_index=None):
     args = (x_src, x_dst, src_index, dst_index)
     space = _space_from_args("edge_dot_loss_grad", *args, seed, excluded_adj, row_ptr,
                              num_negatives, num_src_nodes, num_dst_nodes, self_loops,
@@ -434,7 +436,8 @@ def _loss_grad(grad_loss, score_grad, x_src, x_dst, src_index, dst_index, seed, 
 
 
 def fallback_impls() -> dict:
-    """The composite implementation of both ops (registered where no kernel serves)."""
+    """The composite implementation of both ops (registered where no kernel serves; it maps
+    ranks to keys with ``torch.searchsorted`` and ignores ``adj_index``)."""
     return {"edge_dot_loss": _loss_forward, "edge_dot_loss_grad": _loss_grad}
 
 
@@ -442,29 +445,33 @@ def register_fake_and_autograd() -> None:
     @torch.library.register_fake("pyg_edgedot::edge_dot_loss")
     def _edge_dot_loss_fake(x_src, x_dst, src_index, dst_index, seed, excluded_adj, row_ptr,
                             num_negatives, num_src_nodes, num_dst_nodes, self_loops,
-                            negatives, loss, reduction):
+                            negatives, loss, reduction, adj_index=None):
         torch._check(x_src.dim() == 2 and x_dst.dim() == 2)
         torch._check(src_index.dim() == 1 and dst_index.shape == src_index.shape)
         return (x_src.new_empty(()), src_index.new_empty(1, dtype=torch.int64),
                 x_src.new_empty((src_index.shape[0], 1 + num_negatives)))
 
     @torch.library.register_fake("pyg_edgedot::edge_dot_loss_grad")
-    def _edge_dot_loss_grad_fake(grad_loss, score_grad, x_src, x_dst, *args):
-        needs_src, needs_dst = args[-2:]
+    def _edge_dot_loss_grad_fake(grad_loss, score_grad, x_src, x_dst, src_index, dst_index,
+                                 seed, excluded_adj, row_ptr, num_negatives, num_src_nodes,
+                                 num_dst_nodes, self_loops, negatives, loss, reduction,
+                                 needs_src, needs_dst, adj_index=None):
         return (x_src.new_empty((x_src.shape[0] if needs_src else 0, x_src.shape[1])),
                 x_dst.new_empty((x_dst.shape[0] if needs_dst else 0, x_dst.shape[1])))
 
     def setup_context(ctx, inputs, output):
-        ctx.save_for_backward(output[2], *inputs[:7])
-        ctx.options = inputs[7:]
+        # inputs: the schema's 15 arguments (defaults filled): 7 tensors, 7 options, adj_index
+        ctx.save_for_backward(output[2], *inputs[:7], inputs[14])
+        ctx.options = inputs[7:14]
 
     def backward(ctx, grad_loss, _grad_first_bad, _grad_score_grad):
-        score_grad, *tensors = ctx.saved_tensors
+        score_grad, *tensors, adj_index = ctx.saved_tensors
         needs_src, needs_dst = ctx.needs_input_grad[:2]
         grad_src, grad_dst = torch.ops.pyg_edgedot.edge_dot_loss_grad(
-            grad_loss, score_grad, *tensors, *ctx.options, needs_src, needs_dst)
+            grad_loss, score_grad, *tensors, *ctx.options, needs_src, needs_dst,
+            adj_index=adj_index)
         return ((grad_src if needs_src else None, grad_dst if needs_dst else None)
-                + (None,) * 12)
+                + (None,) * 13)
 
     torch.library.register_autograd("pyg_edgedot::edge_dot_loss", backward,
                                     setup_context=setup_context)
