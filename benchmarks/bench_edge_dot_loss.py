@@ -17,9 +17,8 @@ structured negatives per positive, BCE with logits, mean reduction. Methods:
                      the yardstick of the target "loss fwd+bwd <= 2.2x edge_dot fwd+bwd" at K=1
   ours_sampler_batch ours_sampler on one mini-batch: the first 65,536 positives (or E)
   ours_sampler_batch_index_per_call
-                     the same with the sampler's kept bucket index withheld, so the CUDA
-                     kernels build it per call, forward and backward (the C++ kernels build
-                     their own either way)
+                     the same with the sampler's kept bucket index withheld, so the kernels
+                     build one per call, forward and backward
 
 ``check`` for ours / ours_sampler: |loss - eager loss on the same negatives| / |eager loss|
 (the negatives materialized with loss_negatives, scored eagerly in float64; the first 2^20

@@ -65,6 +65,12 @@ inline bool plan_adj_index(int64_t num_adj, int64_t num_ranks, int64_t max_bucke
   return true;
 }
 
+// The shape of the index a caller keeps (negative_sample_index's tensor, the same values on
+// the CPU and CUDA): one bucket per 4-8 keys, 1-2 bytes per key.
+inline bool plan_kept_adj_index(int64_t num_adj, int64_t num_ranks, AdjIndex& index) {
+  return plan_adj_index(num_adj, num_ranks, num_adj / 4, index);
+}
+
 // The checks of a kept index that a caller passes as `adj_index` (negative_sample_index's
 // tensor, to negative_sample and the loss ops): `size` is what negative_sample_index returns
 // on adj's device for this adj and num_ranks.

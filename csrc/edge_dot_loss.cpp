@@ -14,11 +14,10 @@ TORCH_LIBRARY_FRAGMENT(pyg_edgedot, m) {
   // empty when nothing is excluded). negatives: "structured" | "uniform"; loss: "bce" | "bpr";
   // reduction: "mean" | "sum".
   // adj_index: negative_sample_index(excluded_adj, num_ranks) for the key space's num_ranks
-  // (its size less A), kept by the caller (NegativeSampler), or None: the CUDA kernels then
-  // build it per call (forward and backward); the C++ kernels build their own, denser one
-  // either way (negative_sample_index returns [0] on the CPU). The loss does not depend on it;
-  // a tensor of another size is an error, other values give other negatives, never a bad
-  // access.
+  // (its size less A), kept by the caller (NegativeSampler), or None: the kernels then build
+  // one per call (forward and backward), an O(A) pass that costs more than a small batch
+  // scored against a large graph. The loss does not depend on it; a tensor of another size is
+  // an error, other values give other negatives, never a bad access.
   // loss: [] in x_src's dtype. first_bad: [1] int64, the first positive with an index out of
   // range, or -1. score_grad: [E, 1 + K] in x_src's dtype, dloss/dscore before the reduction's
   // 1/count (column 0 the positive, 1.. its negatives), what the backward scatters.

@@ -28,16 +28,16 @@ TORCH_LIBRARY_FRAGMENT(pyg_edgedot, m) {
   // The draw does not depend on it.
   // adj_index: negative_sample_index(excluded_adj, num_ranks), kept by a caller that draws
   // many times from one graph (NegativeSampler), or None: the CUDA kernel then builds it per
-  // call, which costs more than a small draw from a large graph. The draw does not depend on
-  // it either. A tensor of another size is an error; other values give wrong keys, never a
-  // bad access.
+  // call, which costs more than a small draw from a large graph (the C++ kernel merges sorted
+  // ranks with adj and only checks it). The draw does not depend on it either. A tensor of
+  // another size is an error; other values give wrong keys, never a bad access.
   m.def("negative_sample(Tensor excluded_adj, int num_ranks, int count, int seed, "
         "bool replace, str mode, int num_src_nodes, int num_dst_nodes, ScalarType dtype, "
         "int first_round=-1, Tensor? adj_index=None) -> Tensor");
-  // The index through which negative_sample's kernel on excluded_adj's device maps ranks
-  // below num_ranks to keys: int64 bucket bounds over excluded_adj (counter_rng.h's
-  // AdjIndex), [0] where that kernel takes none (the C++ kernel, which merges sorted ranks;
-  // excluded_adj too short to index).
+  // The index through which the kernels map ranks below num_ranks to keys (negative_sample's
+  // on CUDA, edge_dot_loss's on both devices): int64 bucket bounds over excluded_adj
+  // (counter_rng.h's AdjIndex, kept plan: one bucket per 4-8 keys), the same values on the
+  // CPU and CUDA; [0] where excluded_adj is too short to index (under 4,096 keys).
   m.def("negative_sample_index(Tensor excluded_adj, int num_ranks) -> Tensor");
   // The sorted distinct values below key_bound of `keys` (1-D int64, every value in
   // [0, key_bound]: key_bound marks a pair that is no key, e.g. a self-loop, and is dropped)

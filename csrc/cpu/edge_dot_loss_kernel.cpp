@@ -33,6 +33,7 @@
 #include <tuple>
 #include <vector>
 
+#include "adj_index.h"
 #include "common.h"
 #include "edge_dot_loss_common.h"
 #include "prefetch.h"
@@ -117,7 +118,10 @@ PYG_EDGEDOT_INLINE void make_pairs(const Args<scalar_t, index_t>& p, int64_t e0,
       if (i % width == 0 || pairs[i - i % width].src < 0) continue;
       const int64_t rank = pairs[i].src;
       if (rank >= 0 && (rank >> index.shift) < index.num_buckets) {
-        prefetch_lines(sp.adj + index.bucket[rank >> index.shift], sizeof(int64_t));
+        // clamped as rank_to_key clamps: a caller's index may hold any values
+        const int64_t lo = std::min(std::max<int64_t>(index.bucket[rank >> index.shift], 0),
+                                    sp.num_adj);
+        prefetch_lines(sp.adj + lo, sizeof(int64_t));
       }
     }
   }
@@ -218,23 +222,11 @@ struct ForwardBlocks {
   }
 };
 
-// The bucket index over adj (counter_rng.h's AdjIndex) when adj is long enough that
-// binary searches would miss the cache: about two buckets per entry, built in one O(A) pass
-// per call (~2 ms at A = 1M). Shorter adj: plain binary searches (an empty vector).
-std::vector<int64_t> build_adj_index(const at::Tensor& adj, int64_t num_ranks,
-                                     loss::AdjIndex& index) {
-  const int64_t num_adj = adj.numel();
-  if (!loss::plan_adj_index(num_adj, num_ranks, 2 * num_adj, index)) return {};
-  std::vector<int64_t> bucket(index.num_buckets + 1);
-  const int64_t* a = adj.const_data_ptr<int64_t>();
-  int64_t i = 0;
-  for (int64_t b = 0; b <= index.num_buckets; ++b) {
-    const int64_t bound = b << index.shift;
-    while (i < num_adj && a[i] < bound) ++i;
-    bucket[b] = i;
-  }
-  index.bucket = bucket.data();
-  return bucket;
+// The call's bucket index over adj (adj_index.h): the caller's kept one, else built for the
+// call (one pass over adj) when adj is long enough that binary searches would miss the cache.
+at::Tensor call_adj_index(const char* op, const loss::Call& call, loss::AdjIndex& index) {
+  return cpu::adj_index_of(op, call.adj, call.space.num_ranks,
+                           call.adj_index.defined() ? &call.adj_index : nullptr, index);
 }
 
 // What both ops read: the op's arguments as Args, the seed read from its CPU tensor.
@@ -265,19 +257,12 @@ Args<scalar_t, index_t> make_args(const loss::Call& call, const loss::AdjIndex& 
   return p;
 }
 
-// A kept index (adj_index) is the CUDA kernels' (negative_sample_index: [0] on the CPU); these
-// kernels build their own, denser one per call.
-void check_no_adj_index(const char* op, const loss::Call& call) {
-  if (call.adj_index.defined()) rng::check_adj_index(op, call.adj_index, call.adj, 0);
-}
-
 std::tuple<at::Tensor, at::Tensor, at::Tensor> edge_dot_loss_cpu(const loss::Call& call) {
-  check_no_adj_index("edge_dot_loss", call);
   const loss::Options& options = call.options;
   const at::Tensor &x_src = call.x_src, &src_index = call.src_index;
   const int64_t num_edges = call.num_edges, width = call.width;
   loss::AdjIndex index;
-  const std::vector<int64_t> buckets = build_adj_index(call.adj, call.space.num_ranks, index);
+  const at::Tensor bucket = call_adj_index("edge_dot_loss", call, index);
   at::Tensor score_grad = at::empty({num_edges, width}, x_src.options());
   const int64_t block_pos = std::max<int64_t>(1, kBlockPairs / width);
   const int64_t num_blocks = (num_edges + block_pos - 1) / block_pos;
@@ -437,7 +422,6 @@ void edge_dot_loss_grad_cpu_impl(const Args<scalar_t, index_t>& p, const at::Ten
 
 std::tuple<at::Tensor, at::Tensor> edge_dot_loss_grad_cpu(const loss::Call& call,
                                                           bool needs_src, bool needs_dst) {
-  check_no_adj_index("edge_dot_loss_grad", call);
   const at::Tensor &x_src = call.x_src, &x_dst = call.x_dst;
   const int64_t num_edges = call.num_edges;
   const int64_t feat_dim = x_src.size(1);
@@ -449,8 +433,7 @@ std::tuple<at::Tensor, at::Tensor> edge_dot_loss_grad_cpu(const loss::Call& call
                                   : at::Tensor();
   if (num_edges > 0 && feat_dim > 0 && (needs_src || needs_dst)) {
     loss::AdjIndex index;
-    const std::vector<int64_t> buckets = build_adj_index(call.adj, call.space.num_ranks,
-                                                         index);
+    const at::Tensor bucket = call_adj_index("edge_dot_loss_grad", call, index);
     AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x_src.scalar_type(), "edge_dot_loss_cpu", [&] {
       AT_DISPATCH_INDEX_TYPES(call.src_index.scalar_type(), "edge_dot_loss_cpu", [&] {
         using acc_t = at::opmath_type<scalar_t>;

@@ -67,6 +67,7 @@
 #include <utility>
 #include <vector>
 
+#include "adj_index.h"
 #include "negative_sampling_common.h"
 #include "prefetch.h"
 
@@ -464,8 +465,11 @@ at::Tensor negative_sample_cpu(const at::Tensor& excluded_adj, int64_t num_ranks
                                const std::optional<at::Tensor>& adj_index) {
   const Plan plan = check_negative_sample(excluded_adj, num_ranks, count, replace, mode_name,
                                           num_src_nodes, num_dst_nodes, dtype, first_round);
-  if (adj_index.has_value()) {  // [0]: negative_sample_index_cpu below
-    check_adj_index("negative_sample", *adj_index, excluded_adj, 0);
+  if (adj_index.has_value()) {  // checked, not searched: this kernel merges sorted ranks
+    AdjIndex plan;
+    check_adj_index("negative_sample", *adj_index, excluded_adj,
+                    rng::plan_kept_adj_index(excluded_adj.numel(), num_ranks, plan)
+                        ? plan.num_buckets + 1 : 0);
   }
   const Mode mode = plan.mode;
   const int64_t columns = plan.columns;
@@ -592,10 +596,14 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> excluded_edge_keys_cpu(
 
 }  // namespace
 
-// This kernel merges sorted ranks with adj and searches no index: [0], as the schema says.
+// The kept index, the CUDA kernel's values: the draw above merges sorted ranks with adj and
+// searches none, edge_dot_loss's C++ kernels search it (csrc/cpu/adj_index.h).
 at::Tensor negative_sample_index_cpu(const at::Tensor& excluded_adj, int64_t num_ranks) {
   check_negative_sample_index(excluded_adj, num_ranks);
-  return at::empty({0}, excluded_adj.options());
+  AdjIndex index;
+  const at::Tensor bucket = cpu::build_kept_adj_index(excluded_adj.contiguous(), num_ranks,
+                                                      index);
+  return bucket.defined() ? bucket : at::empty({0}, excluded_adj.options());
 }
 
 TORCH_LIBRARY_IMPL(pyg_edgedot, CPU, m) {

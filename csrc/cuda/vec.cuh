@@ -318,22 +318,16 @@ __global__ void adj_index_kernel(const int64_t* __restrict__ adj, int64_t num_ad
   }
 }
 
-// The shape of the CUDA kernels' bucket index over num_adj keys (counter_rng.h's AdjIndex):
-// one bucket per 4-8 keys, 1-2 bytes per key. False where adj is too short to index.
-inline bool plan_cuda_adj_index(int64_t num_adj, int64_t num_ranks, rng::AdjIndex& index) {
-  return rng::plan_adj_index(num_adj, num_ranks, num_adj / 4, index);
-}
-
-// The bucket index over adj, where the CPU kernels build theirs: a rank then costs two
-// dependent loads (its bucket, then a stretch of about 4-8 keys) instead of a binary search's
-// log2(A), whose last levels miss L2 at tens of millions of keys. Built per call unless the
-// caller keeps it (negative_sample_index). Returns the tensor that holds it (undefined, and
-// index.bucket null, where adj is too short to index).
+// The bucket index over adj, in the kept plan (counter_rng.h; the CPU's has the same values):
+// a rank then costs two dependent loads (its bucket, then a stretch of about 4-8 keys) instead
+// of a binary search's log2(A), whose last levels miss L2 at tens of millions of keys. Built
+// per call unless the caller keeps it (negative_sample_index). Returns the tensor that holds
+// it (undefined, and index.bucket null, where adj is too short to index).
 inline at::Tensor build_adj_index(const at::Tensor& adj, int64_t num_ranks,
                                   rng::AdjIndex& index, cudaStream_t stream) {
   constexpr int kThreads = 256;
   const int64_t num_adj = adj.numel();
-  if (!plan_cuda_adj_index(num_adj, num_ranks, index)) return at::Tensor();
+  if (!rng::plan_kept_adj_index(num_adj, num_ranks, index)) return at::Tensor();
   const int64_t num_entries = index.num_buckets + 1;
   at::Tensor bucket = at::empty({num_entries}, adj.options());
   const int64_t blocks = std::min<int64_t>((num_entries + kThreads - 1) / kThreads,
@@ -353,7 +347,7 @@ inline at::Tensor adj_index_of(const char* op, const at::Tensor& adj, int64_t nu
                                const at::Tensor* given, rng::AdjIndex& index,
                                cudaStream_t stream) {
   if (given == nullptr) return build_adj_index(adj, num_ranks, index, stream);
-  const bool planned = plan_cuda_adj_index(adj.numel(), num_ranks, index);
+  const bool planned = rng::plan_kept_adj_index(adj.numel(), num_ranks, index);
   rng::check_adj_index(op, *given, adj, planned ? index.num_buckets + 1 : 0);
   if (!planned) return at::Tensor();
   at::Tensor bucket = given->contiguous();

@@ -169,11 +169,12 @@ def _space_of(op: str, device: torch.device, nodes: Tuple[int, int], src_index: 
     space = sampler._directed
     row_ptr = sampler._source_rows() if structured else empty
     if structured and validate and not torch.compiler.is_compiling():
-        free = sampler._free_per_source()
+        # [N_src] per call would cost more than a small batch: once per sampler, then only
+        # where some source has no negative
         if sampler not in _ALL_SOURCES_FEASIBLE:
-            _ALL_SOURCES_FEASIBLE[sampler] = bool((free > 0).all())
+            _ALL_SOURCES_FEASIBLE[sampler] = bool((sampler._free_per_source() > 0).all())
         if not _ALL_SOURCES_FEASIBLE[sampler]:
-            _checks.check_loss_sources(op, free, src_index)
+            _checks.check_loss_sources(op, sampler._free_per_source(), src_index)
     return _Space(seed, space.adj, row_ptr, num_negatives, num_src, num_dst,
                   space.mode == _DIRECTED, structured, space.adj_index())
 

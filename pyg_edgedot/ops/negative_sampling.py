@@ -482,7 +482,8 @@ def _negative_sample(*args, **kwargs) -> Tensor:
 
 
 def _negative_sample_index_fallback(excluded_adj: Tensor, num_ranks: int) -> Tensor:
-    """``negative_sample_index`` where the fallback draws: it searches no index, so ``[0]``."""
+    """``negative_sample_index`` where the fallback serves: its draw and the composite loss
+    search no index, so ``[0]``."""
     return excluded_adj.new_empty(0)
 
 
@@ -513,7 +514,8 @@ def register_fake_and_autograd() -> None:
 
     @torch.library.register_fake("pyg_edgedot::negative_sample_index")
     def _negative_sample_index_fake(excluded_adj, num_ranks):
-        # its size depends on the device's kernel: [0] on the CPU, buckets on CUDA
+        # its size depends on the backend: the kept plan's buckets from a compiled kernel,
+        # [0] from the fallback
         return excluded_adj.new_empty(torch.library.get_ctx().new_dynamic_size())
 
     @torch.library.register_fake("pyg_edgedot::excluded_keys")
@@ -594,9 +596,10 @@ class _KeySpace:
         return space
 
     def adj_index(self) -> Tensor:
-        """``negative_sample_index`` of this graph's space, built on the first draw and
-        kept: the CUDA kernel would otherwise build it per draw, which costs more than a
-        small draw from a large graph."""
+        """``negative_sample_index`` of this graph's space, built on the first draw (or the
+        first loss drawn through the sampler) and kept: the CUDA draw and both devices' loss
+        kernels would otherwise build it per call, which costs more than a small batch from
+        a large graph."""
         if self._adj_index is None:
             with _kept_tensors():
                 self._adj_index = torch.ops.pyg_edgedot.negative_sample_index(self.adj,
