@@ -84,6 +84,19 @@ inline void check_adj_index(const char* op, const at::Tensor& index, const at::T
                     std::to_string(index.numel()), " on ", index.device(), ")");
 }
 
+// A caller's kept index (`given`, negative_sample_index's tensor) as the call's index: checked
+// against the kept plan, then `index` points into the returned tensor (undefined, and
+// index.bucket null, where adj is too short to index). Both devices' adj_index_of.
+inline at::Tensor use_kept_adj_index(const char* op, const at::Tensor& adj, int64_t num_ranks,
+                                     const at::Tensor& given, AdjIndex& index) {
+  const bool planned = plan_kept_adj_index(adj.numel(), num_ranks, index);
+  check_adj_index(op, given, adj, planned ? index.num_buckets + 1 : 0);
+  if (!planned) return at::Tensor();
+  at::Tensor bucket = given.contiguous();
+  index.bucket = bucket.const_data_ptr<int64_t>();
+  return bucket;
+}
+
 // The key of the complement's rank: rank + upper_bound(adj, 0, A, rank), through the index
 // where there is one. A negative rank (edge_dot_loss's, for a source without negatives) is
 // returned as it is (every adj_i >= 0). The bucket's bounds are clamped to [0, A]: an index

@@ -341,18 +341,13 @@ inline at::Tensor build_adj_index(const at::Tensor& adj, int64_t num_ranks,
 }
 
 // The bucket index of an op's call: the caller's kept one (`given`, negative_sample_index's
-// tensor, checked against the plan it was built by), else built for this call. Returns the
+// tensor; counter_rng.h checks it), else built for this call. Returns the
 // tensor that holds it (undefined where adj is too short to index).
 inline at::Tensor adj_index_of(const char* op, const at::Tensor& adj, int64_t num_ranks,
                                const at::Tensor* given, rng::AdjIndex& index,
                                cudaStream_t stream) {
   if (given == nullptr) return build_adj_index(adj, num_ranks, index, stream);
-  const bool planned = rng::plan_kept_adj_index(adj.numel(), num_ranks, index);
-  rng::check_adj_index(op, *given, adj, planned ? index.num_buckets + 1 : 0);
-  if (!planned) return at::Tensor();
-  at::Tensor bucket = given->contiguous();
-  index.bucket = bucket.const_data_ptr<int64_t>();
-  return bucket;
+  return rng::use_kept_adj_index(op, adj, num_ranks, *given, index);
 }
 
 }  // namespace cuda
