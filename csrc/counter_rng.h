@@ -71,6 +71,12 @@ inline bool plan_kept_adj_index(int64_t num_adj, int64_t num_ranks, AdjIndex& in
   return plan_adj_index(num_adj, num_ranks, num_adj / 4, index);
 }
 
+// The size of the kept index over num_adj keys: what negative_sample_index returns.
+inline int64_t kept_adj_index_size(int64_t num_adj, int64_t num_ranks) {
+  AdjIndex plan;
+  return plan_kept_adj_index(num_adj, num_ranks, plan) ? plan.num_buckets + 1 : 0;
+}
+
 // The checks of a kept index that a caller passes as `adj_index` (negative_sample_index's
 // tensor, to negative_sample and the loss ops): `size` is what negative_sample_index returns
 // on adj's device for this adj and num_ranks.

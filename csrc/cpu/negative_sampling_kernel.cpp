@@ -466,10 +466,8 @@ at::Tensor negative_sample_cpu(const at::Tensor& excluded_adj, int64_t num_ranks
   const Plan plan = check_negative_sample(excluded_adj, num_ranks, count, replace, mode_name,
                                           num_src_nodes, num_dst_nodes, dtype, first_round);
   if (adj_index.has_value()) {  // checked, not searched: this kernel merges sorted ranks
-    AdjIndex plan;
     check_adj_index("negative_sample", *adj_index, excluded_adj,
-                    rng::plan_kept_adj_index(excluded_adj.numel(), num_ranks, plan)
-                        ? plan.num_buckets + 1 : 0);
+                    rng::kept_adj_index_size(excluded_adj.numel(), num_ranks));
   }
   const Mode mode = plan.mode;
   const int64_t columns = plan.columns;
