@@ -623,8 +623,9 @@ def _warn_short(name: str, asked: int, available: int, what: str, stacklevel: in
 class NegativeSampler:
     r"""Exact uniform negative sampler over one graph, built once and drawn from many
     times: it keeps the sorted excluded keys on ``edge_index``'s device (and, from the first
-    draw on, the CUDA kernel's bucket index over them), so each draw pays only for its own
-    samples (``O(k log k + k log E)``).
+    draw or :func:`edge_dot_loss` call on, a bucket index over them: one int64 per 4-8 keys,
+    which the CUDA draw and the loss kernels search), so each draw, and each loss over a
+    mini-batch, pays only for its own samples (``O(k log k + k log E)``).
 
     The candidates are all pairs ``(i, j)`` with ``0 <= i < N_src``, ``0 <= j < N_dst``
     that are not columns of ``edge_index``; in the homogeneous case (``num_nodes`` an int)
