@@ -68,7 +68,8 @@ def hits_at_k_shared(pos_score: Tensor, neg_score: Tensor, k: int) -> Tensor:
     with :math:`\mathrm{neg}_{(K)}` the K-th largest of all negative scores. This is
     ``ogb.linkproppred.Evaluator._eval_hits``: a positive tied with that negative is a miss,
     and with fewer than ``k`` negatives the result is 1. NaN scores follow ``torch.topk`` and
-    ``>``: a NaN negative counts as the highest, a NaN positive is a miss.
+    ``>``: a NaN negative counts as the highest, a NaN positive is a miss. Scores of two
+    dtypes are compared in the dtype they promote to (``torch.promote_types``).
 
     Args:
         pos_score (Tensor): scores of the positive edges, any shape (flattened), e.g.
@@ -91,5 +92,8 @@ def hits_at_k_shared(pos_score: Tensor, neg_score: Tensor, k: int) -> Tensor:
     pos, neg = pos_score.detach().reshape(-1), neg_score.detach().reshape(-1)
     if neg.numel() < k:
         return torch.ones((), dtype=torch.float, device=pos.device)
-    kth_negative = torch.topk(neg, k).values[-1].to(pos.device)
-    return (pos > kth_negative).to(torch.float).mean()
+    # Compared in the dtype both promote to: a 0-dim tensor against pos would be cast to
+    # pos's dtype (-1 is 255 in uint8, 0.999 is 1.0 in bfloat16), as in hits_at_k.
+    common = torch.promote_types(pos.dtype, neg.dtype)
+    kth_negative = torch.topk(neg, k).values[-1].to(device=pos.device, dtype=common)
+    return (pos.to(common) > kth_negative).to(torch.float).mean()

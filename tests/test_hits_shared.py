@@ -48,6 +48,26 @@ def test_fewer_negatives_than_k_is_one_and_shapes():
     assert hits_at_k_shared(torch.tensor([3.0]), torch.tensor([nan, 1.0]), 1).item() == 0.0
 
 
+def test_scores_of_two_dtypes_compare_in_their_common_dtype():
+    # The K-th negative is a 0-dim tensor: compared against pos as it is, it would be cast to
+    # pos's dtype (-1 wraps to 255 in uint8, 300 to 44 in int8, 2**32 + 1 to 1 in int32, 0.999
+    # rounds to 1.0 in bfloat16), so hits came out wrong; the numpy branch of OGB's formula
+    # promotes, as here.
+    cases = [
+        (torch.tensor([200], dtype=torch.uint8), torch.tensor([-1, -2]), 1.0),
+        (torch.tensor([100], dtype=torch.int8), torch.tensor([300, -2]), 0.0),
+        (torch.tensor([5], dtype=torch.int32), torch.tensor([2 ** 32 + 1]), 0.0),
+        (torch.tensor([1.0], dtype=torch.bfloat16), torch.tensor([0.999, 0.5]), 1.0),
+        (torch.tensor([1.0], dtype=torch.float16), torch.tensor([0.9999], dtype=torch.float64),
+         1.0),
+        (torch.tensor([0.999]), torch.tensor([1.0], dtype=torch.bfloat16), 0.0),
+    ]
+    for pos, neg, expected in cases:
+        assert hits_at_k_shared(pos, neg, 1).item() == expected, (pos, neg)
+        numpy_hits = float(np.sum(pos.double().numpy() > np.sort(neg.double().numpy())[-1]))
+        assert numpy_hits == expected
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 @pytest.mark.parametrize("k", [1, 20, 50, 100])
