@@ -149,6 +149,7 @@ def check_candidate_index(op: str, index: Tensor, name: str, shape: str, x_src: 
     if not isinstance(index, Tensor):
         raise TypeError(f"{op}: {name} must be a Tensor of shape {shape} "
                         f"(got {type(index).__name__})")
+    check_dense(op, name, index)
     if index.dim() != dims:
         raise ValueError(f"{op}: {name} must be {dims}-D {shape} (got shape {tuple(index.shape)})")
     check_index_dtype_device(op, name, index, x_src)

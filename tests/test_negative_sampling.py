@@ -1310,6 +1310,8 @@ GOOD = torch.tensor([[0, 1, 2], [1, 2, 3]])
     (lambda: batched_negative_sampling(GOOD, (torch.zeros(3, dtype=torch.long), torch.zeros(3, dtype=torch.long))), IndexError, r"destination index 3 but batch\[1\] has only 3 entries \(one per destination node\)"),
     (lambda: batched_negative_sampling(GOOD, torch.tensor([0, 0, -1, 0])), ValueError, "negative graph id"),
     (lambda: batched_negative_sampling(GOOD, [1, 2, 3]), TypeError, "batch must be"),
+    (lambda: batched_negative_sampling(GOOD, torch.zeros(4, dtype=torch.long).to_sparse()), TypeError, r"batch must be a dense \(strided\) Tensor \(got layout torch.sparse_coo\)"),
+    (lambda: batched_negative_sampling(GOOD, (torch.zeros(4, dtype=torch.long), torch.zeros(4, dtype=torch.long).to_sparse())), TypeError, r"batch\[1\] must be a dense \(strided\) Tensor"),
     (lambda: negative_sampling(torch.zeros(2, 1, dtype=torch.long), 2 ** 32), ValueError, "2\\*\\*62"),
     (lambda: NegativeSampler(GOOD, 4).sample(2 ** 63, replace=True), ValueError, "num_neg_samples must be below 2\\*\\*62"),
     (lambda: NegativeSampler(GOOD, 4).sample_per_source(GOOD[0], 2 ** 62), ValueError, "k must be below"),

@@ -713,6 +713,15 @@ def test_type_errors(device, gen):
     _expect(TypeError, rc, ["neg_index"], lambda: rank_candidates(x_src, x_dst, src, pos, cand.float()))
     _expect(TypeError, rc, ["src_index", "neg_index"],
             lambda: rank_candidates(x_src, x_dst, src, pos, cand.int()))
+    # Sparse indices: named, not the dispatcher's "could not run" error.
+    _expect(TypeError, sc, ["src_index", "dense", "sparse_coo"],
+            lambda: score_candidates(x_src, x_dst, src.to_sparse(), cand))
+    _expect(TypeError, sc, ["cand_index", "dense", "sparse_coo"],
+            lambda: score_candidates(x_src, x_dst, src, cand.to_sparse()))
+    _expect(TypeError, rc, ["pos_index", "dense", "sparse_coo"],
+            lambda: rank_candidates(x_src, x_dst, src, pos.to_sparse(), cand))
+    _expect(TypeError, rc, ["neg_index", "dense", "sparse_csr"],
+            lambda: rank_candidates(x_src, x_dst, src, pos, cand.to_sparse_csr()))
     _expect(TypeError, "mrr", ["rank"], lambda: mrr([1.0, 2.0]))
     _expect(TypeError, "mrr", ["rank"], lambda: mrr(torch.ones(3, dtype=torch.bool)))
     _expect(TypeError, "hits_at_k", ["rank"], lambda: hits_at_k(np.ones(3), 1))

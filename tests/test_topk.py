@@ -701,6 +701,11 @@ def test_bad_input(gen):
     _expect(IndexError, ["exclude[0]", "edge 0", "-2", "x_src has 5 rows"],
             lambda: topk_dst(x_src, x_dst, 2, exclude=torch.tensor([[-2, 1], [2, 3]])))
     _expect(TypeError, ["sorted"], lambda: topk_dst(x_src, x_dst, 2, sorted="yes"))
+    # sparse indices: named, not the dispatcher's "could not run" error
+    _expect(TypeError, ["src_index", "dense", "sparse_coo"],
+            lambda: topk_dst(x_src, x_dst, 2, src_index=torch.tensor([0, 1]).to_sparse()))
+    _expect(TypeError, ["exclude", "dense", "sparse_coo"],
+            lambda: topk_dst(x_src, x_dst, 2, exclude=ex.to_sparse()))
 
 
 def test_bad_op_arguments(gen):

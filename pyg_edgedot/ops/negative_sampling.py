@@ -936,6 +936,7 @@ def batched_negative_sampling(edge_index: Tensor, batch: Union[Tensor, Tuple[Ten
     for arg, b in zip(args, batches):
         if not isinstance(b, Tensor):
             raise TypeError(f"{name}: {arg} must be a torch.Tensor (got {type(b).__name__})")
+        _checks.check_dense(name, arg, b)
         if b.dim() != 1 or b.dtype not in _checks.INDEX_DTYPES:
             raise ValueError(f"{name}: {arg} must be a 1-D int32/int64 tensor "
                              f"(got shape {list(b.shape)}, {b.dtype})")

@@ -144,6 +144,7 @@ def exclude_csr(op: str, exclude: Optional[Tensor], x_src: Tensor,
         raise TypeError(f"{op}: exclude must be a Tensor of shape [2, E] "
                         f"(got {type(exclude).__name__})")
     exclude = _checks.as_plain_index(exclude)
+    _checks.check_dense(op, "exclude", exclude)
     if exclude.dim() != 2 or exclude.size(0) != 2:
         raise ValueError(f"{op}: exclude must have shape [2, E] (got {tuple(exclude.shape)})")
     _checks.check_index_dtype_device(op, "exclude", exclude, x_src)
