@@ -14,6 +14,7 @@ identity, version counter and the row counts it was checked against; a later cal
 same unchanged tensor and row counts at least as large skips the read.
 """
 import numbers
+import operator
 import weakref
 from collections import OrderedDict
 from typing import Callable, Iterable, List, Optional, Sequence, Tuple
@@ -177,6 +178,17 @@ def check_k(op: str, k: int) -> int:
     if int(k) < 1:
         raise ValueError(f"{op}: k must be >= 1 (got {k})")
     return int(k)
+
+
+def as_int(op: str, name: str, value) -> int:
+    """``value`` as an int: a Python or numpy int or a 0-dim integer Tensor; never a bool, a
+    float (2.5 is not silently 2) or a string."""
+    if not isinstance(value, bool):
+        try:
+            return operator.index(value)
+        except TypeError:
+            pass
+    raise TypeError(f"{op}: {name} must be an int (got {type(value).__name__} {value!r})")
 
 
 def check_op_args(op: str, features: Sequence[Tuple[str, Tensor]],

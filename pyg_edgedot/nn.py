@@ -64,7 +64,9 @@ class EdgeDotScore(torch.nn.Module):
             raise ValueError("EdgeDotScore: num_relations and channels go together (got "
                              f"num_relations={num_relations}, channels={channels})")
         if num_relations is not None:
-            if int(num_relations) < 1 or int(channels) < 1:
+            num_relations = _checks.as_int("EdgeDotScore", "num_relations", num_relations)
+            channels = _checks.as_int("EdgeDotScore", "channels", channels)
+            if num_relations < 1 or channels < 1:
                 raise ValueError("EdgeDotScore: num_relations and channels must be >= 1 (got "
                                  f"num_relations={num_relations}, channels={channels})")
             self.num_relations, self.channels = int(num_relations), int(channels)

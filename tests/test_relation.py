@@ -1,4 +1,5 @@
 """Relation-weighted scores (DistMult), long rows in the backward, and heterogeneous dicts."""
+import numpy as np
 import pytest
 import torch
 
@@ -297,6 +298,16 @@ def test_module_relations_parameters_and_repr():
         EdgeDotScore(num_relations=3)
     with pytest.raises(ValueError, match="must be >= 1"):
         EdgeDotScore(num_relations=0, channels=4)
+    # not silently truncated or parsed: 2.5 was 2 relations, "3" three, True one
+    for kwargs, name in ((dict(num_relations=2.5, channels=4), "num_relations"),
+                         (dict(num_relations=2, channels=3.7), "channels"),
+                         (dict(num_relations="3", channels=4), "num_relations"),
+                         (dict(num_relations=True, channels=4), "num_relations"),
+                         (dict(num_relations=[2], channels=4), "num_relations")):
+        with pytest.raises(TypeError, match=f"^EdgeDotScore: {name} must be an int"):
+            EdgeDotScore(**kwargs)
+    # integers of other types are ints
+    assert EdgeDotScore(num_relations=np.int64(2), channels=torch.tensor(4)).rel.shape == (2, 4)
 
 
 @pytest.mark.parametrize("device", DEVICES)
