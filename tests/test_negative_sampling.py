@@ -1243,6 +1243,40 @@ def test_batched_bipartite_and_unsorted_batch(gen):
     assert neg.size(1) == 2 * 12 - edge_index.size(1)
 
 
+
+def test_batched_graph_ids_past_the_node_count():
+    # Graph ids with gaps leave graphs empty; the work was O(largest id): all 4 nodes in graph
+    # 5 * 10**8 took the process down for memory (24 GB; not run here, in case that comes
+    # back), 2**40 raised the allocator's error. The same draws as ids 0, and the empty graphs
+    # still count in the warning.
+    edge_index = torch.tensor([[0, 1, 2], [1, 2, 3]])
+    for graph_id in (10 ** 6, 2 ** 40):
+        torch.manual_seed(0)
+        far = batched_negative_sampling(edge_index, torch.full((4,), graph_id), 2)
+        torch.manual_seed(0)
+        near = batched_negative_sampling(edge_index, torch.zeros(4, dtype=torch.long), 2)
+        assert torch.equal(far, near)
+    # graphs 1..4 empty: each asked for 2 pairs; graph 0 (one edge) holds 1 of its 2
+    edge_index = torch.tensor([[0], [1]])
+    batch = torch.tensor([0, 0, 5, 5])
+    with pytest.warns(UserWarning, match=r"asked for 10 negative pairs in 5 graph\(s\) but "
+                                         r"the complement holds only 1"):
+        neg = batched_negative_sampling(edge_index, batch, 2)
+    check_negatives(neg, edge_index, 4, 4, True)
+    assert neg.size(1) == 3 and bool((batch[neg[0]] == batch[neg[1]]).all())
+    with pytest.warns(UserWarning, match=r"asked for 12 negative pairs in 6 graph\(s\)"):
+        batched_negative_sampling(edge_index, batch, 5, force_undirected=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")   # None and ratios ask nothing of an empty graph
+        assert batched_negative_sampling(edge_index, batch).tolist() == [[1], [0]]
+        assert batched_negative_sampling(edge_index, batch, 1.5).tolist() == [[1], [0]]
+    # bipartite: the ids of both sides renumbered together
+    with pytest.warns(UserWarning, match=r"asked for 24 negative pairs in 8 graph\(s\) but "
+                                         r"the complement holds only 2"):
+        neg = batched_negative_sampling(edge_index, (torch.tensor([0, 7]),
+                                                     torch.tensor([7, 0, 0])), 3)
+    assert sorted(map(tuple, neg.t().tolist())) == [(0, 2), (1, 0)]
+
 # ---------------------------------------------------------------------------------------
 # Against PyG's own functions: same shapes, dtype, and PyG's guarantees hold on ours
 # ---------------------------------------------------------------------------------------

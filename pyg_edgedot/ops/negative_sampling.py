@@ -950,6 +950,18 @@ def batched_negative_sampling(edge_index: Tensor, batch: Union[Tensor, Tuple[Ten
     num_graphs = max(int(b.max()) + 1 if b.numel() > 0 else 0 for b in (src_batch, dst_batch))
     if num_graphs == 0:
         return plain.new_empty((2, 0), dtype=torch.int64)
+    # Graph ids past the node count leave graphs empty, and everything below is O(graphs):
+    # ids such as [7, 7, 10**9] would cost gigabytes (the process was killed for memory). Past
+    # that many, the ids are renumbered in order (the same graphs, the same output); the
+    # empty graphs only add to the warning what they asked for (see below).
+    num_empty = 0
+    num_nodes_given = src_batch.numel() + (dst_batch.numel() if bipartite else 0)
+    if num_graphs > num_nodes_given:
+        graph_ids = torch.cat([src_batch, dst_batch]) if bipartite else src_batch
+        present, renumbered = torch.unique(graph_ids, return_inverse=True)
+        num_empty, num_graphs = num_graphs - present.numel(), present.numel()
+        src_batch, dst_batch = ((renumbered[:src_batch.numel()], renumbered[src_batch.numel():])
+                                if bipartite else (renumbered, renumbered))
 
     # Local ids: position of a node among its graph's nodes (a stable sort by graph id
     # keeps node order, so for PyG's contiguous batches this is global - ptr).
@@ -980,9 +992,13 @@ def batched_negative_sampling(edge_index: Tensor, batch: Union[Tensor, Tuple[Ten
     else:
         want = torch.full((num_graphs,), _resolve_count(name, num_neg_samples, 0),
                           dtype=torch.long, device=device)
+    # what each empty graph asks for: the int (its E_b = 0 gives 0 for None or a ratio)
+    empty_want = 0 if num_neg_samples is None or isinstance(num_neg_samples, float) \
+        else _resolve_count(name, num_neg_samples, 0)
     undirected = bool(force_undirected) and not bipartite
     if undirected:
         want = want // 2
+        empty_want //= 2
     mode = _DIRECTED if bipartite else (_UNDIRECTED if undirected else _NO_LOOPS)
     num_keys = _num_keys(mode, n_src, n_dst)
     if bool((num_keys.double().sum() >= _MAX_KEYS)):
@@ -990,9 +1006,12 @@ def batched_negative_sampling(edge_index: Tensor, batch: Union[Tensor, Tuple[Ten
     space = _KeySpace(mode, src_local[src], dst_local[dst], n_src, n_dst,
                       _exclusive_cumsum(num_keys), edge_graph, num_keys, int(num_keys.sum()))
     short = want > space.free
-    if bool(short.any()):
-        asked, avail = int(want[short].sum()), int(space.free[short].sum())
-        _warn_short(name, asked, avail, f"pairs in {int(short.sum())} graph(s)", 3)
+    num_empty_short = num_empty if empty_want > 0 else 0
+    if bool(short.any()) or num_empty_short > 0:
+        asked = int(want[short].sum()) + num_empty_short * empty_want
+        avail = int(space.free[short].sum())
+        _warn_short(name, asked, avail,
+                    f"pairs in {int(short.sum()) + num_empty_short} graph(s)", 3)
         want = torch.minimum(want, space.free)
 
     ranks, pick = _draw_distinct(space.rank_start, space.free, want, generator)
