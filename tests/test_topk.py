@@ -677,6 +677,7 @@ def test_bad_input(gen):
     _expect(ValueError, ["k", ">= 0"], lambda: topk_dst(x_src, x_dst, -1))
     _expect(TypeError, ["k"], lambda: topk_dst(x_src, x_dst, 2.0))
     _expect(TypeError, ["k"], lambda: topk_dst(x_src, x_dst, True))
+    _expect(ValueError, ["k", "2**63"], lambda: topk_dst(x_src, x_dst, 2 ** 63))
     _expect(ValueError, ["feature dimension"], lambda: topk_dst(x_src, randn(gen, 8, 4), 2))
     _expect(TypeError, ["dtype"], lambda: topk_dst(x_src, x_dst.double(), 2))
     _expect(TypeError, ["x_src"], lambda: topk_dst(x_src.long(), x_dst.long(), 2))

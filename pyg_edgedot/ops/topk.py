@@ -125,6 +125,8 @@ def _check_k(op: str, k) -> int:
         raise TypeError(f"{op}: k must be an int (got {type(k).__name__})")
     if k < 0:
         raise ValueError(f"{op}: k must be >= 0 (got {k})")
+    if k >= 2 ** 63:   # the op's int is int64: past it, the dispatcher's cast error
+        raise ValueError(f"{op}: k must be below 2**63 (got {k})")
     return k
 
 
