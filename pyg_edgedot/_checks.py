@@ -268,6 +268,15 @@ def out_of_range_message(op: str, position: int, bounds: Iterable[Bound], unit: 
     return f"{op}: {unit} {position} holds an index out of range"
 
 
+def version_of(tensor: Tensor) -> Optional[int]:
+    """``tensor``'s version counter (every in-place change bumps it), or None for an
+    inference tensor, which keeps none (so it is never remembered as checked)."""
+    try:
+        return tensor._version
+    except RuntimeError:
+        return None
+
+
 class _Validated:
     """Index tensors found in range: ``id -> (weakref, version, row counts)``, the most
     recent ``capacity`` of them. An entry holds only a weak reference, so it never keeps a
@@ -277,27 +286,20 @@ class _Validated:
         self.capacity = capacity
         self._entries: "OrderedDict[int, Tuple[weakref.ref, int, Tuple[int, ...]]]" = OrderedDict()
 
-    @staticmethod
-    def _version(index: Tensor) -> Optional[int]:
-        try:
-            return index._version
-        except RuntimeError:  # inference tensors keep no version counter: never remembered
-            return None
-
     def covers(self, keys: Sequence[Tuple[Tensor, Tuple[int, ...]]]) -> bool:
         for index, rows in keys:
             entry = self._entries.get(id(index))
             if entry is None:
                 return False
             ref, version, checked_rows = entry
-            if (ref() is not index or version != self._version(index)
+            if (ref() is not index or version != version_of(index)
                     or any(now < then for now, then in zip(rows, checked_rows))):
                 return False
         return True
 
     def add(self, keys: Sequence[Tuple[Tensor, Tuple[int, ...]]]) -> None:
         for index, rows in keys:
-            version = self._version(index)
+            version = version_of(index)
             if version is None:
                 continue
             self._entries[id(index)] = (weakref.ref(index), version, tuple(rows))
@@ -387,9 +389,7 @@ LOSS_CHOICES = {"negatives": ("structured", "uniform"), "loss": ("bce", "bpr"),
 def check_loss_options(op: str, num_negatives, **choices: str) -> int:
     """``num_negatives`` an int >= 1; each of ``negatives``, ``loss``, ``reduction`` one of
     :data:`LOSS_CHOICES`. Returns ``num_negatives``."""
-    if isinstance(num_negatives, bool) or not isinstance(num_negatives, int):
-        raise TypeError(f"{op}: num_negatives must be an int (got "
-                        f"{type(num_negatives).__name__})")
+    num_negatives = as_int(op, "num_negatives", num_negatives)
     if not 1 <= num_negatives < 2 ** 62:  # the kernels' 1 + K and E * K stay in int64
         raise ValueError(f"{op}: num_negatives must be >= 1 and below 2**62 "
                          f"(got {num_negatives})")
@@ -411,10 +411,10 @@ def check_seed(op: str, seed, device: torch.device) -> Tensor:
             raise ValueError(f"{op}: seed must be on the CPU or on the features' device "
                              f"(got {seed.device} and {device})")
         return seed
-    if isinstance(seed, bool) or not isinstance(seed, int):
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
         raise TypeError(f"{op}: seed must be an int, a 0-dim int64 Tensor or None "
                         f"(got {type(seed).__name__})")
-    seed = ((seed + (1 << 63)) % (1 << 64)) - (1 << 63)   # two's complement int64
+    seed = ((int(seed) + (1 << 63)) % (1 << 64)) - (1 << 63)   # two's complement int64
     return torch.tensor(seed, dtype=torch.int64)
 
 

@@ -716,6 +716,12 @@ def test_bad_arguments(gen):
     with pytest.raises(ValueError, match=r"edge_dot_loss: sampler was built for \(N_src, "
                                          r"N_dst\) = \(5, 5\) nodes but x_src and x_dst"):
         edge_dot_loss(x_src, x_dst, positives, sampler=small)
+    # integers of other types are ints, as negative_sampling takes them
+    np = pytest.importorskip("numpy")
+    seeded = dict(num_negatives=2, seed=7)
+    assert torch.equal(edge_dot_loss(x_src, x_dst, positives, **seeded),
+                       edge_dot_loss(x_src, x_dst, positives, num_negatives=np.int64(2),
+                                     seed=np.int64(7)))
     with pytest.raises(TypeError, match="edge_dot_loss: x_src and x_dst must have the same"):
         edge_dot_loss(x_src, x_dst.double(), positives)
     with pytest.raises(ValueError, match=r"edge_dot_loss: edge_index must have shape \[2, E\]"):

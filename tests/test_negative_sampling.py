@@ -1243,7 +1243,6 @@ def test_batched_bipartite_and_unsorted_batch(gen):
     assert neg.size(1) == 2 * 12 - edge_index.size(1)
 
 
-
 def test_batched_graph_ids_past_the_node_count():
     # Graph ids with gaps leave graphs empty; the work was O(largest id): all 4 nodes in graph
     # 5 * 10**8 took the process down for memory (24 GB; not run here, in case that comes
@@ -1276,6 +1275,32 @@ def test_batched_graph_ids_past_the_node_count():
         neg = batched_negative_sampling(edge_index, (torch.tensor([0, 7]),
                                                      torch.tensor([7, 0, 0])), 3)
     assert sorted(map(tuple, neg.t().tolist())) == [(0, 2), (1, 0)]
+
+
+def test_sampler_edges_changed_in_place():
+    # The undirected space is built on first use from the edges given: changed in place
+    # since, they would give it another graph than the directed draws'.
+    edge_index = torch.tensor([[0, 1, 2], [1, 2, 3]])
+    sampler = NegativeSampler(edge_index, 4)
+    edge_index[:, 0] = torch.tensor([3, 2])
+    sampler.sample(4)   # the directed space was built with the sampler: the edges as given
+    with pytest.raises(RuntimeError, match=r"^NegativeSampler: edge_index was changed in "
+                                           r"place after the sampler was built"):
+        sampler.sample(4, force_undirected=True)
+    edge_index = torch.tensor([[0, 1, 2], [1, 2, 3]])
+    sampler = NegativeSampler(edge_index, 4)
+    sampler.sample(4, force_undirected=True)   # built before the change: kept
+    edge_index.add_(0)
+    sampler.sample(4, force_undirected=True)
+
+
+def test_sampler_replace_is_truthy():
+    # as force_undirected: any truthy value (the op itself takes a bool)
+    sampler = NegativeSampler(torch.tensor([[0, 1, 2], [1, 2, 3]]), 4)
+    for truthy, flag in ((1, True), ("yes", True), (0, False), (None, False)):
+        out = sampler.sample(6, replace=truthy, generator=torch.Generator().manual_seed(3))
+        ref = sampler.sample(6, replace=flag, generator=torch.Generator().manual_seed(3))
+        assert torch.equal(out, ref)
 
 # ---------------------------------------------------------------------------------------
 # Against PyG's own functions: same shapes, dtype, and PyG's guarantees hold on ours

@@ -308,6 +308,14 @@ def test_module_relations_parameters_and_repr():
             EdgeDotScore(**kwargs)
     # integers of other types are ints
     assert EdgeDotScore(num_relations=np.int64(2), channels=torch.tensor(4)).rel.shape == (2, 4)
+    # and so for edge_type: a numpy int is one relation; a float names the module
+    module, x = EdgeDotScore(num_relations=2, channels=4), torch.randn(3, 4)
+    ei = torch.tensor([[0, 1], [1, 2]])
+    assert torch.equal(module(x, ei, np.int64(1)), module(x, ei, 1))
+    for bad in (1.0, "1"):
+        with pytest.raises(TypeError, match=r"^EdgeDotScore: edge_type must be an int or an "
+                                            r"\[E\] Tensor \(got "):
+            module(x, ei, bad)
 
 
 @pytest.mark.parametrize("device", DEVICES)

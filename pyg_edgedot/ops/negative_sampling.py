@@ -660,7 +660,9 @@ class NegativeSampler:
         self.num_edges = int(plain.size(1))
         self.device = plain.device
         self.index_dtype = _index_dtype(plain.dtype, num_src, num_dst)
-        self._edge_index = plain  # the undirected space is built from it on first use
+        # The undirected space is built from it on first use, so its version is kept: edges
+        # changed in place since would give the two spaces different graphs.
+        self._edge_index, self._edge_version = plain, plain._version
         mode = _DIRECTED if (bipartite or self.self_loops) else _NO_LOOPS
         # Validates edge_index too (the op reports the first index out of range).
         self._directed = self._space(mode)
@@ -717,11 +719,17 @@ class NegativeSampler:
         if undirected:
             count //= 2
             if self._undirected is None:
+                if self._edge_index._version != self._edge_version:
+                    raise RuntimeError(
+                        f"{name}: edge_index was changed in place after the sampler was "
+                        f"built (it keeps the edges as they were then); build a new "
+                        f"NegativeSampler for the new edges")
                 self._undirected = self._space(_UNDIRECTED)
             space = self._undirected
         else:
             space = self._directed
         free = space.num_free
+        replace = bool(replace)  # truthy, as force_undirected (the op takes a bool)
         if replace and count > 0 and free == 0:
             _warn_short(name, count, 0, "pairs", 4)
             count = 0
