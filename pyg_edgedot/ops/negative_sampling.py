@@ -642,6 +642,11 @@ class NegativeSampler:
 
     Draws come back in ``edge_index``'s index dtype (``index_dtype``), or int64 where an
     int32 ``edge_index`` comes with ``num_nodes`` past int32's range.
+
+    The sampler excludes the edges as they were when it was built; for other edges, build
+    another. It keeps a reference to ``edge_index`` to build the undirected pairs
+    (``force_undirected=True``) on first use, and raises ``RuntimeError`` there if the tensor
+    was changed in place since.
     """
 
     def __init__(self, edge_index: Tensor, num_nodes: Optional[NumNodes] = None, *,
