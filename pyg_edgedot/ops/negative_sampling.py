@@ -964,9 +964,9 @@ def batched_negative_sampling(edge_index: Tensor, batch: Union[Tensor, Tuple[Ten
     if num_graphs == 0:
         return plain.new_empty((2, 0), dtype=torch.int64)
     # Graph ids past the node count leave graphs empty, and everything below is O(graphs):
-    # ids such as [7, 7, 10**9] would cost gigabytes (the process was killed for memory). Past
-    # that many, the ids are renumbered in order (the same graphs, the same output); the
-    # empty graphs only add to the warning what they asked for (see below).
+    # ids such as [7, 7, 10**9] would cost gigabytes. Past that many, the ids are renumbered
+    # in order (the same graphs, the same output); the empty graphs only add to the warning
+    # what they asked for (see below).
     num_empty = 0
     num_nodes_given = src_batch.numel() + (dst_batch.numel() if bipartite else 0)
     if num_graphs > num_nodes_given:
