@@ -1292,6 +1292,10 @@ def test_sampler_edges_changed_in_place():
     sampler.sample(4, force_undirected=True)   # built before the change: kept
     edge_index.add_(0)
     sampler.sample(4, force_undirected=True)
+    with torch.inference_mode():   # inference tensors keep no version: nothing to check
+        sampler = NegativeSampler(torch.tensor([[0, 1, 2], [1, 2, 3]]), 4)
+        check_negatives(sampler.sample(4, force_undirected=True),
+                        torch.tensor([[0, 1, 2], [1, 2, 3]]), 4, 4, True)
 
 
 def test_sampler_replace_is_truthy():

@@ -667,7 +667,7 @@ class NegativeSampler:
         self.index_dtype = _index_dtype(plain.dtype, num_src, num_dst)
         # The undirected space is built from it on first use, so its version is kept: edges
         # changed in place since would give the two spaces different graphs.
-        self._edge_index, self._edge_version = plain, plain._version
+        self._edge_index, self._edge_version = plain, _checks.version_of(plain)
         mode = _DIRECTED if (bipartite or self.self_loops) else _NO_LOOPS
         # Validates edge_index too (the op reports the first index out of range).
         self._directed = self._space(mode)
@@ -724,7 +724,7 @@ class NegativeSampler:
         if undirected:
             count //= 2
             if self._undirected is None:
-                if self._edge_index._version != self._edge_version:
+                if _checks.version_of(self._edge_index) != self._edge_version:
                     raise RuntimeError(
                         f"{name}: edge_index was changed in place after the sampler was "
                         f"built (it keeps the edges as they were then); build a new "
