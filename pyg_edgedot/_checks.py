@@ -180,15 +180,16 @@ def check_k(op: str, k: int) -> int:
     return int(k)
 
 
-def as_int(op: str, name: str, value) -> int:
+def as_int(op: str, name: str, value, expected: str = "an int") -> int:
     """``value`` as an int: a Python or numpy int or a 0-dim integer Tensor; never a bool, a
-    float (2.5 is not silently 2) or a string."""
+    float (2.5 is not silently 2) or a string. ``expected`` is what the error says ``name``
+    must be."""
     if not isinstance(value, bool):
         try:
             return operator.index(value)
         except TypeError:
             pass
-    raise TypeError(f"{op}: {name} must be an int (got {type(value).__name__} {value!r})")
+    raise TypeError(f"{op}: {name} must be {expected} (got {type(value).__name__} {value!r})")
 
 
 def check_op_args(op: str, features: Sequence[Tuple[str, Tensor]],
@@ -411,10 +412,8 @@ def check_seed(op: str, seed, device: torch.device) -> Tensor:
             raise ValueError(f"{op}: seed must be on the CPU or on the features' device "
                              f"(got {seed.device} and {device})")
         return seed
-    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
-        raise TypeError(f"{op}: seed must be an int, a 0-dim int64 Tensor or None "
-                        f"(got {type(seed).__name__})")
-    seed = ((int(seed) + (1 << 63)) % (1 << 64)) - (1 << 63)   # two's complement int64
+    seed = as_int(op, "seed", seed, "an int, a 0-dim int64 Tensor or None")
+    seed = ((seed + (1 << 63)) % (1 << 64)) - (1 << 63)   # two's complement int64
     return torch.tensor(seed, dtype=torch.int64)
 
 

@@ -1,6 +1,5 @@
 """PyG-style modules around :func:`pyg_edgedot.edge_dot`: ``EdgeDotScore`` and
 ``InnerProductDecoder``."""
-import numbers
 from typing import Any, Dict, Mapping, Optional, Tuple, Union
 
 import torch
@@ -91,11 +90,8 @@ class EdgeDotScore(torch.nn.Module):
             return edge_dot(x_src, x_dst, edge_label_index)
         rel = self.rel if self.rel.dtype == x_src.dtype else self.rel.to(x_src.dtype)
         if edge_type is not None and not isinstance(edge_type, Tensor):
-            # bool is an int to Python, never a relation id here; numpy ints are ints
-            if isinstance(edge_type, bool) or not isinstance(edge_type, numbers.Integral):
-                raise TypeError(f"EdgeDotScore: edge_type must be an int or an [E] Tensor "
-                                f"(got {type(edge_type).__name__} {edge_type!r})")
-            edge_type = int(edge_type)
+            edge_type = _checks.as_int("EdgeDotScore", "edge_type", edge_type,
+                                       "an int or an [E] Tensor")
             if not 0 <= edge_type < self.num_relations:
                 raise IndexError(f"EdgeDotScore: edge_type={edge_type} is out of range "
                                  f"(num_relations={self.num_relations})")
