@@ -997,17 +997,15 @@ def batched_negative_sampling(edge_index: Tensor, batch: Union[Tensor, Tuple[Ten
                          f"of batch")
     num_edges = torch.bincount(edge_graph, minlength=num_graphs)
 
+    empty_want = 0   # what each empty graph asks for: its E_b = 0 gives 0 for None or a ratio
     if num_neg_samples is None:
         want = num_edges.clone()
     elif isinstance(num_neg_samples, float):
         _resolve_count(name, num_neg_samples, 0)  # checks the ratio
         want = (num_neg_samples * num_edges.double()).clamp(max=_MAX_KEYS - 1).long()
     else:
-        want = torch.full((num_graphs,), _resolve_count(name, num_neg_samples, 0),
-                          dtype=torch.long, device=device)
-    # what each empty graph asks for: the int (its E_b = 0 gives 0 for None or a ratio)
-    empty_want = 0 if num_neg_samples is None or isinstance(num_neg_samples, float) \
-        else _resolve_count(name, num_neg_samples, 0)
+        empty_want = _resolve_count(name, num_neg_samples, 0)
+        want = torch.full((num_graphs,), empty_want, dtype=torch.long, device=device)
     undirected = bool(force_undirected) and not bipartite
     if undirected:
         want = want // 2
