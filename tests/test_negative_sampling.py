@@ -541,8 +541,9 @@ def test_op_opcheck(gen, device):
 
 # negative_sample_index: the bucket index the CUDA draw and both devices' loss kernels map
 # ranks through (the same values on the CPU, whose draw merges sorted ranks and only checks
-# it), which NegativeSampler builds once and passes back as negative_sample's adj_index. Graph: 200 nodes, 8,000 random edges, so that adj (~7K keys)
-# is long enough to index, and 3,000 draws are sparse, 20,000 dense (>= M / 4).
+# it), which NegativeSampler builds once and passes back as negative_sample's adj_index. Graph:
+# 200 nodes, 8,000 random edges, so that adj (~7K keys) is long enough to index, and 3,000
+# draws are sparse, 20,000 dense (>= M / 4).
 
 def _indexed_sampler(gen, device):
     return NegativeSampler(random_graph(gen, 200, 200, 8_000, device=device), 200)
