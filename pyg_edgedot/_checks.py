@@ -13,11 +13,12 @@ the steady state, an index tensor found in range is remembered (:data:`VALIDATED
 identity, version counter and the row counts it was checked against; a later call with the
 same unchanged tensor and row counts at least as large skips the read.
 """
+import math
 import numbers
 import operator
 import weakref
 from collections import OrderedDict
-from typing import Callable, Iterable, List, Optional, Sequence, Tuple
+from typing import Callable, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor
@@ -75,17 +76,23 @@ def check_alike(op: str, a_name: str, a: Tensor, b_name: str, b: Tensor) -> None
                          f"(got {a.size(1)} and {b.size(1)})")
 
 
+def check_pairs(op: str, name: str, pairs: object) -> Tensor:
+    """``pairs``: a dense ``[2, E]`` Tensor of node pairs; returns the plain tensor (PyG's
+    ``EdgeIndex`` as its data). Its dtype and device are the caller's to check."""
+    if not isinstance(pairs, Tensor):
+        raise TypeError(f"{op}: {name} must be a Tensor of shape [2, E] "
+                        f"(got {type(pairs).__name__})")
+    pairs = as_plain_index(pairs)
+    check_dense(op, name, pairs)
+    if pairs.dim() != 2 or pairs.size(0) != 2:
+        raise ValueError(f"{op}: {name} must have shape [2, E] (got {tuple(pairs.shape)})")
+    return pairs
+
+
 def check_edge_index(x_src: Tensor, edge_index: Tensor, op: str) -> Tensor:
     """``edge_index``: ``[2, E]`` int64/int32 on the features' device; returns the plain
     tensor (the one whose validation is remembered)."""
-    if not isinstance(edge_index, Tensor):
-        raise TypeError(f"{op}: edge_index must be a Tensor of shape [2, E] "
-                        f"(got {type(edge_index).__name__})")
-    edge_index = as_plain_index(edge_index)
-    check_dense(op, "edge_index", edge_index)
-    if edge_index.dim() != 2 or edge_index.size(0) != 2:
-        raise ValueError(f"{op}: edge_index must have shape [2, E] "
-                         f"(got {tuple(edge_index.shape)})")
+    edge_index = check_pairs(op, "edge_index", edge_index)
     check_index_dtype_device(op, "edge_index", edge_index, x_src)
     return edge_index
 
@@ -141,6 +148,66 @@ def check_edge_type_not_sigmoid(op: str, edge_type: object) -> None:
             "forward is (z, edge_index, sigmoid=True)")
 
 
+def relation_size(op: str, num_relations, channels) -> Optional[Tuple[int, int]]:
+    """A relational module's ``(num_relations, channels)``: both ints >= 1, or both None
+    (None: no relation vectors)."""
+    if (num_relations is None) != (channels is None):
+        raise ValueError(f"{op}: num_relations and channels go together (got "
+                         f"num_relations={num_relations}, channels={channels})")
+    if num_relations is None:
+        return None
+    num_relations = as_int(op, "num_relations", num_relations)
+    channels = as_int(op, "channels", channels)
+    if num_relations < 1 or channels < 1:
+        raise ValueError(f"{op}: num_relations and channels must be >= 1 (got "
+                         f"num_relations={num_relations}, channels={channels})")
+    return num_relations, channels
+
+
+def check_no_edge_type(op: str, edge_type: object) -> None:
+    """A module without relation vectors takes no ``edge_type``."""
+    if edge_type is not None:
+        raise ValueError(f"{op}: edge_type needs relation vectors; construct "
+                         f"{op}(num_relations=R, channels=D)")
+
+
+def relation_id(op: str, edge_type: object, num_relations: int) -> int:
+    """One relation for every edge: an int in ``[0, num_relations)``."""
+    edge_type = as_int(op, "edge_type", edge_type, "an int or an [E] Tensor")
+    if not 0 <= edge_type < num_relations:
+        raise IndexError(f"{op}: edge_type={edge_type} is out of range "
+                         f"(num_relations={num_relations})")
+    return edge_type
+
+
+def check_not_mapping(op: str, edge_label_index: object) -> None:
+    """Homogeneous features take one ``edge_label_index``, not a dict of them."""
+    if isinstance(edge_label_index, Mapping):
+        raise TypeError(f"{op}: edge_label_index is a dict, so x must be a dict of node "
+                        f"features too")
+
+
+def check_hetero_inputs(op: str, x_dict: Mapping, edge_label_index_dict: object,
+                        edge_type_dict: object) -> None:
+    """Dict inputs: ``edge_label_index`` a dict keyed by edge types ``(src_type, relation,
+    dst_type)`` whose node types ``x_dict`` has; ``edge_type`` None or a dict."""
+    if not isinstance(edge_label_index_dict, Mapping):
+        raise TypeError(f"{op}: x is a dict of node features, so edge_label_index must be a "
+                        f"dict {{(src_type, relation, dst_type): [2, E]}} (got "
+                        f"{type(edge_label_index_dict).__name__})")
+    if edge_type_dict is not None and not isinstance(edge_type_dict, Mapping):
+        raise TypeError(f"{op}: with dict inputs, edge_type must be a dict "
+                        f"{{edge_type: [E] tensor or int}} (got {type(edge_type_dict).__name__})")
+    for key in edge_label_index_dict:
+        if not (isinstance(key, tuple) and len(key) == 3):
+            raise ValueError(f"{op}: edge_label_index keys must be edge types "
+                             f"(src_type, relation, dst_type) (got {key!r})")
+        for node_type in (key[0], key[2]):
+            if node_type not in x_dict:
+                raise KeyError(f"{op}: edge type {key} needs x[{node_type!r}], which x does "
+                               f"not have (it has {sorted(x_dict)})")
+
+
 def check_candidate_index(op: str, index: Tensor, name: str, shape: str, x_src: Tensor,
                           num_rows: Optional[int] = None,
                           like: Optional[Tensor] = None) -> None:
@@ -171,13 +238,21 @@ def check_real(op: str, name: str, values: Tensor) -> None:
         raise TypeError(f"{op}: {name} must hold real numbers (got {values.dtype})")
 
 
-def check_k(op: str, k: int) -> int:
-    """The cut-off of a Hits@K: an int >= 1."""
-    if isinstance(k, bool) or not isinstance(k, numbers.Integral):
+def check_k(op: str, k, minimum: int = 1, int64: bool = False):
+    """A cut-off ``k``: an int (a ``SymInt`` under ``torch.compile``) >= ``minimum``; with
+    ``int64``, below 2**63 (an op's int argument: past it, the dispatcher's cast error)."""
+    if isinstance(k, bool) or not isinstance(k, (numbers.Integral, torch.SymInt)):
         raise TypeError(f"{op}: k must be an int (got {type(k).__name__})")
-    if int(k) < 1:
-        raise ValueError(f"{op}: k must be >= 1 (got {k})")
-    return int(k)
+    if k < minimum:
+        raise ValueError(f"{op}: k must be >= {minimum} (got {k})")
+    if int64 and k >= 2 ** 63:
+        raise ValueError(f"{op}: k must be below 2**63 (got {k})")
+    return k if isinstance(k, torch.SymInt) else int(k)
+
+
+def check_bool(op: str, name: str, value: object) -> None:
+    if not isinstance(value, bool):
+        raise TypeError(f"{op}: {name} must be a bool (got {type(value).__name__})")
 
 
 def as_int(op: str, name: str, value, expected: str = "an int") -> int:
@@ -227,6 +302,28 @@ def check_op_args(op: str, features: Sequence[Tuple[str, Tensor]],
             raise ValueError(f"{op}: grad_out must be [E] like {i_name}, on the device of "
                              f"{x_name} (got shape {tuple(grad_out.shape)} on "
                              f"{grad_out.device})")
+
+
+def check_int64_vectors(op: str, tensors: Sequence[Tuple[str, Tensor]],
+                        device: torch.device) -> None:
+    """Tensors a registered op takes as 1-D int64 on ``device`` (a sampler's keys, CSR
+    pointers), for its direct callers. Metadata only."""
+    for name, t in tensors:
+        if t.dim() != 1 or t.dtype != torch.int64 or t.device != device:
+            raise ValueError(f"{op}: {name} must be 1-D int64 on {device} (got shape "
+                             f"{tuple(t.shape)}, {t.dtype} on {t.device})")
+
+
+def feature_pair(op: str, x: object, expected: str) -> Tuple[Tensor, Tensor]:
+    """A module's ``x``: one Tensor (both sides) or a pair ``(x_src, x_dst)``; ``expected``
+    is what the error says ``x`` must be."""
+    if isinstance(x, Tensor):
+        return x, x
+    if not (isinstance(x, (tuple, list)) and len(x) == 2):
+        got = (f"a {type(x).__name__} of {len(x)}" if isinstance(x, (tuple, list))
+               else type(x).__name__)
+        raise TypeError(f"{op}: x must be {expected} (got {got})")
+    return x[0], x[1]
 
 
 def check_num_rows(op: str, num_rows: int) -> int:
@@ -466,12 +563,166 @@ def check_loss_sources(op: str, free_per_source: Tensor, src_index: Tensor) -> N
     """Structured negatives from a sampler: every positive's source has a negative
     destination. One host read of the sources' free counts."""
     free = free_per_source[src_index.long().clamp(0, max(free_per_source.numel() - 1, 0))]
+    check_has_negative(op, free, src_index, ", or use negatives='uniform'")
+
+
+def check_has_negative(op: str, free: Tensor, src_index: Tensor, hint: str = "") -> None:
+    """Structured negatives: ``free[i]``, the count of negative destinations of source
+    ``src_index[i]``, is not 0. One host read; ``hint`` ends the message's advice."""
     full = free == 0
     if bool(full.any()):
         node = int(src_index[full.nonzero()[0, 0]])
         raise ValueError(f"{op}: node {node} is connected to all its candidate destinations, "
-                         "so it has no structured negative (see "
-                         "structured_negative_sampling_feasible, or use negatives='uniform')")
+                         f"so it has no structured negative (see "
+                         f"structured_negative_sampling_feasible{hint})")
+
+
+# ---------------------------------------------------------------------------------------
+# Negative sampling
+# ---------------------------------------------------------------------------------------
+
+MAX_KEYS = 2 ** 62   # the samplers' int64 keys, ranks and their sums stay far from overflow
+
+
+def sampling_edge_index(op: str, edge_index: object) -> Tensor:
+    """A sampler's ``edge_index`` (:func:`check_pairs`), int32 or int64, with values (the
+    draws read which pairs are edges); returns the plain tensor."""
+    edge_index = check_pairs(op, "edge_index", edge_index)
+    if edge_index.device.type == "meta":
+        raise NotImplementedError(f"{op}: edge_index is on the meta device; sampling "
+                                  f"needs its values (which pairs are edges)")
+    if edge_index.dtype not in INDEX_DTYPES:
+        raise TypeError(f"{op}: edge_index must be int32 or int64 (got {edge_index.dtype})")
+    return edge_index
+
+
+def as_count(op: str, name: str, value) -> int:
+    """A sampler's count or node count: an int (:func:`as_int`) in ``[0, 2**62)``."""
+    value = as_int(op, name, value)
+    if value < 0:
+        raise ValueError(f"{op}: {name} must be >= 0 (got {value})")
+    if value >= MAX_KEYS:
+        raise ValueError(f"{op}: {name} must be below 2**62 (got {value})")
+    return value
+
+
+def check_generator(op: str, generator, device: torch.device) -> None:
+    """``generator``: None or a ``torch.Generator`` of ``device``'s type."""
+    if generator is None:
+        return
+    if not isinstance(generator, torch.Generator):
+        raise TypeError(f"{op}: generator must be a torch.Generator "
+                        f"(got {type(generator).__name__})")
+    if generator.device.type != device.type:
+        raise ValueError(f"{op}: generator must be on edge_index's device type "
+                         f"(got a {generator.device.type} generator for {device} tensors)")
+
+
+def check_sampling_method(op: str, method: str) -> None:
+    if method not in ("sparse", "dense"):
+        raise ValueError(f"{op}: method must be 'sparse' or 'dense' (got {method!r})")
+
+
+def check_int_num_nodes(op: str, num_nodes) -> None:
+    """The structured samplers take one node count (PyG's signature), not a pair."""
+    if isinstance(num_nodes, (tuple, list)):
+        raise TypeError(f"{op}: num_nodes must be an int (got {tuple(num_nodes)})")
+
+
+def sampling_num_nodes(op: str, num_nodes) -> Tuple[int, int, bool]:
+    """``num_nodes`` given (not None) as ``(N_src, N_dst, bipartite)``: an int, or a pair
+    ``(N_src, N_dst)`` for a bipartite graph."""
+    if isinstance(num_nodes, (tuple, list)):
+        if len(num_nodes) != 2:
+            raise ValueError(f"{op}: num_nodes must be an int or a pair (N_src, N_dst) "
+                             f"(got {tuple(num_nodes)})")
+        return (as_count(op, "num_nodes[0]", num_nodes[0]),
+                as_count(op, "num_nodes[1]", num_nodes[1]), True)
+    size = as_count(op, "num_nodes", num_nodes)
+    return size, size, False
+
+
+def sample_count(op: str, num_samples, num_edges: int) -> int:
+    """PyG's ``num_neg_samples``: None -> E, a float -> int(ratio * E), an int -> itself."""
+    if num_samples is None:
+        return num_edges
+    if isinstance(num_samples, float):
+        if not math.isfinite(num_samples) or num_samples < 0:
+            raise ValueError(f"{op}: num_neg_samples as a ratio must be finite and "
+                             f">= 0 (got {num_samples})")
+        # Past the key space no graph has that many pairs: the complement is returned.
+        return min(int(num_samples * num_edges), MAX_KEYS - 1)
+    return as_count(op, "num_neg_samples", num_samples)
+
+
+def check_sampling_range(op: str, edge_index: Tensor, num_src: int, num_dst: int,
+                         batch: Optional[Tuple[str, str]] = None) -> None:
+    """``edge_index`` within the node counts, which come from ``num_nodes``, or, for the
+    batched sampler, from the lengths of the ``batch`` tensors that ``batch`` names (source
+    side, destination side). Host reads of the extremes."""
+    if edge_index.numel() == 0:
+        return
+    lo = int(edge_index.min())
+    if lo < 0:
+        raise IndexError(f"{op}: edge_index holds a negative index ({lo})")
+    for row, bound, what in ((0, num_src, "source"), (1, num_dst, "destination")):
+        hi = int(edge_index[row].max())
+        if hi < bound:
+            continue
+        if batch is None:
+            raise IndexError(f"{op}: edge_index holds {what} index {hi} but num_nodes "
+                             f"gives only {bound} {what} nodes; num_nodes must be at "
+                             f"least max index + 1")
+        arg, per = batch[row], "node" if batch[0] == batch[1] else f"{what} node"
+        raise IndexError(f"{op}: edge_index holds {what} index {hi} but {arg} has only "
+                         f"{bound} entries (one per {per}); {arg} must be at least max "
+                         f"index + 1 long")
+
+
+def check_key_space(op: str, edge_index: Tensor, num_src: int, num_dst: int) -> None:
+    """``N_src x N_dst`` pairs fit the samplers' int64 keys (an index out of range in
+    ``edge_index`` is named first)."""
+    if num_src * max(num_dst, 1) >= MAX_KEYS:
+        check_sampling_range(op, edge_index, num_src, num_dst)
+        raise ValueError(f"{op}: num_nodes {(num_src, num_dst)} gives more than "
+                         f"2**62 pairs; int64 keys would overflow")
+
+
+def sampling_batch(op: str, batch, device: torch.device) -> Tuple[List[Tensor], List[str]]:
+    """``batch``: ``[N]`` graph ids, or a pair ``([N_src], [N_dst])`` for bipartite graphs,
+    1-D int32/int64 on ``device``, none negative. Returns the tensors and the names errors
+    give them."""
+    if isinstance(batch, Tensor):
+        batches, names = [batch], ["batch"]
+    elif isinstance(batch, (tuple, list)) and len(batch) == 2:
+        batches, names = [batch[0], batch[1]], ["batch[0]", "batch[1]"]
+    else:
+        raise TypeError(f"{op}: batch must be a Tensor or a pair of Tensors")
+    for name, b in zip(names, batches):
+        if not isinstance(b, Tensor):
+            raise TypeError(f"{op}: {name} must be a torch.Tensor (got {type(b).__name__})")
+        check_dense(op, name, b)
+        if b.dim() != 1 or b.dtype not in INDEX_DTYPES:
+            raise ValueError(f"{op}: {name} must be a 1-D int32/int64 tensor "
+                             f"(got shape {list(b.shape)}, {b.dtype})")
+        if b.device != device:
+            raise ValueError(f"{op}: {name} must be on {device} (got {b.device})")
+        if b.numel() > 0 and int(b.min()) < 0:
+            raise ValueError(f"{op}: {name} holds a negative graph id")
+    return batches, names
+
+
+def check_sources(op: str, src_index: object, device: torch.device, num_src: int) -> None:
+    """A per-source draw's ``src_index``: 1-D int32/int64 on ``device``, each in
+    ``[0, num_src)`` (host reads of its extremes)."""
+    check_tensor(op, "src_index", src_index, 1, "1-D [S]", INDEX_DTYPES, "int32 or int64")
+    if src_index.device != device:
+        raise ValueError(f"{op}: src_index must be on {device} (got {src_index.device})")
+    if src_index.numel() > 0:
+        lo, hi = int(src_index.min()), int(src_index.max())
+        if lo < 0 or hi >= num_src:
+            raise IndexError(f"{op}: src_index holds {lo if lo < 0 else hi}, outside "
+                             f"[0, {num_src})")
 
 
 def check_loss_op_args(op: str, x_src: Tensor, x_dst: Tensor, seed: Tensor,
@@ -483,10 +734,8 @@ def check_loss_op_args(op: str, x_src: Tensor, x_dst: Tensor, seed: Tensor,
     if seed.dim() != 0 or seed.dtype != torch.int64:
         raise ValueError(f"{op}: seed must be a 0-dim int64 tensor (got shape "
                          f"{tuple(seed.shape)}, {seed.dtype})")
-    for name, t in (("excluded_adj", excluded_adj), ("row_ptr", row_ptr)):
-        if t.dim() != 1 or t.dtype != torch.int64 or t.device != x_src.device:
-            raise ValueError(f"{op}: {name} must be 1-D int64 on {x_src.device} (got shape "
-                             f"{tuple(t.shape)}, {t.dtype} on {t.device})")
+    check_int64_vectors(op, [("excluded_adj", excluded_adj), ("row_ptr", row_ptr)],
+                        x_src.device)
     if row_ptr.numel() not in (0, num_src_nodes + 1):
         raise ValueError(f"{op}: row_ptr must be empty or [num_src_nodes + 1] = "
                          f"[{num_src_nodes + 1}] (got {row_ptr.numel()})")

@@ -55,14 +55,9 @@ class EdgeDotLoss(torch.nn.Module):
 
     def forward(self, x: Union[Tensor, Tuple[Tensor, Tensor]], edge_label_index: Tensor,
                 seed: Optional[Union[int, Tensor]] = None) -> Tensor:
-        if isinstance(x, Tensor):
-            x = (x, x)
-        if not (isinstance(x, (tuple, list)) and len(x) == 2):
-            got = (f"a {type(x).__name__} of {len(x)}" if isinstance(x, (tuple, list))
-                   else type(x).__name__)
-            raise TypeError(f"EdgeDotLoss: x must be a Tensor or a pair (x_src, x_dst) "
-                            f"(got {got})")
-        return edge_dot_loss(x[0], x[1], edge_label_index, num_negatives=self.num_negatives,
+        x_src, x_dst = _checks.feature_pair("EdgeDotLoss", x,
+                                            "a Tensor or a pair (x_src, x_dst)")
+        return edge_dot_loss(x_src, x_dst, edge_label_index, num_negatives=self.num_negatives,
                              negatives=self.negatives, loss=self.loss,
                              reduction=self.reduction, sampler=self.sampler,
                              num_nodes=self.num_nodes, seed=seed)

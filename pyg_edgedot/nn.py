@@ -60,16 +60,9 @@ class EdgeDotScore(torch.nn.Module):
                  channels: Optional[int] = None) -> None:
         super().__init__()
         self.sigmoid = sigmoid
-        if (num_relations is None) != (channels is None):
-            raise ValueError("EdgeDotScore: num_relations and channels go together (got "
-                             f"num_relations={num_relations}, channels={channels})")
-        if num_relations is not None:
-            num_relations = _checks.as_int("EdgeDotScore", "num_relations", num_relations)
-            channels = _checks.as_int("EdgeDotScore", "channels", channels)
-            if num_relations < 1 or channels < 1:
-                raise ValueError("EdgeDotScore: num_relations and channels must be >= 1 (got "
-                                 f"num_relations={num_relations}, channels={channels})")
-            self.num_relations, self.channels = int(num_relations), int(channels)
+        size = _checks.relation_size("EdgeDotScore", num_relations, channels)
+        if size is not None:
+            self.num_relations, self.channels = size
             self.rel = Parameter(torch.empty(self.num_relations, self.channels))
         else:
             self.num_relations = self.channels = None
@@ -84,17 +77,11 @@ class EdgeDotScore(torch.nn.Module):
     def _score(self, x_src: Tensor, x_dst: Tensor, edge_label_index: Tensor,
                edge_type: Any) -> Tensor:
         if self.rel is None:
-            if edge_type is not None:
-                raise ValueError("EdgeDotScore: edge_type needs relation vectors; construct "
-                                 "EdgeDotScore(num_relations=R, channels=D)")
+            _checks.check_no_edge_type("EdgeDotScore", edge_type)
             return edge_dot(x_src, x_dst, edge_label_index)
         rel = self.rel if self.rel.dtype == x_src.dtype else self.rel.to(x_src.dtype)
         if edge_type is not None and not isinstance(edge_type, Tensor):
-            edge_type = _checks.as_int("EdgeDotScore", "edge_type", edge_type,
-                                       "an int or an [E] Tensor")
-            if not 0 <= edge_type < self.num_relations:
-                raise IndexError(f"EdgeDotScore: edge_type={edge_type} is out of range "
-                                 f"(num_relations={self.num_relations})")
+            edge_type = _checks.relation_id("EdgeDotScore", edge_type, self.num_relations)
             return edge_dot(x_src, x_dst, edge_label_index, rel[edge_type])
         return edge_dot(x_src, x_dst, edge_label_index, rel, edge_type)
 
@@ -108,37 +95,19 @@ class EdgeDotScore(torch.nn.Module):
         sigmoid = self.sigmoid if sigmoid is None else sigmoid
         if isinstance(x, Mapping):
             return self._forward_dict(x, edge_label_index, edge_type, sigmoid)
-        if isinstance(x, Tensor):
-            x = (x, x)
-        if not (isinstance(x, (tuple, list)) and len(x) == 2):
-            raise TypeError("EdgeDotScore: x must be a Tensor, a pair (x_src, x_dst) or a "
-                            f"dict of node features (got {type(x).__name__})")
-        if isinstance(edge_label_index, Mapping):
-            raise TypeError("EdgeDotScore: edge_label_index is a dict, so x must be a dict "
-                            "of node features too")
-        out = self._score(x[0], x[1], edge_label_index, edge_type)
+        x_src, x_dst = _checks.feature_pair(
+            "EdgeDotScore", x, "a Tensor, a pair (x_src, x_dst) or a dict of node features")
+        _checks.check_not_mapping("EdgeDotScore", edge_label_index)
+        out = self._score(x_src, x_dst, edge_label_index, edge_type)
         return out.sigmoid() if sigmoid else out
 
     def _forward_dict(self, x_dict: Mapping[str, Tensor], edge_label_index_dict: Any,
                       edge_type_dict: Any, sigmoid: bool) -> Dict[EdgeType, Tensor]:
-        if not isinstance(edge_label_index_dict, Mapping):
-            raise TypeError("EdgeDotScore: x is a dict of node features, so edge_label_index "
-                            "must be a dict {(src_type, relation, dst_type): [2, E]} (got "
-                            f"{type(edge_label_index_dict).__name__})")
-        if edge_type_dict is not None and not isinstance(edge_type_dict, Mapping):
-            raise TypeError("EdgeDotScore: with dict inputs, edge_type must be a dict "
-                            "{edge_type: [E] tensor or int} (got "
-                            f"{type(edge_type_dict).__name__})")
+        _checks.check_hetero_inputs("EdgeDotScore", x_dict, edge_label_index_dict,
+                                    edge_type_dict)
         out = {}
         for key, index in edge_label_index_dict.items():
-            if not (isinstance(key, tuple) and len(key) == 3):
-                raise ValueError("EdgeDotScore: edge_label_index keys must be edge types "
-                                 f"(src_type, relation, dst_type) (got {key!r})")
             src_type, _, dst_type = key
-            for node_type in (src_type, dst_type):
-                if node_type not in x_dict:
-                    raise KeyError(f"EdgeDotScore: edge type {key} needs x[{node_type!r}], "
-                                   f"which x does not have (it has {sorted(x_dict)})")
             types = None if edge_type_dict is None else edge_type_dict.get(key)
             score = self._score(x_dict[src_type], x_dict[dst_type], index, types)
             out[key] = score.sigmoid() if sigmoid else score

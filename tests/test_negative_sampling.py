@@ -1346,7 +1346,7 @@ GOOD = torch.tensor([[0, 1, 2], [1, 2, 3]])
 
 
 @pytest.mark.parametrize("call, error, match", [
-    (lambda: negative_sampling([[0, 1], [1, 0]]), TypeError, "edge_index must be a torch.Tensor"),
+    (lambda: negative_sampling([[0, 1], [1, 0]]), TypeError, r"edge_index must be a Tensor of shape \[2, E\]"),
     (lambda: negative_sampling(GOOD[0]), ValueError, r"edge_index must have shape \[2, E\]"),
     (lambda: negative_sampling(GOOD.t()), ValueError, r"edge_index must have shape \[2, E\]"),
     (lambda: negative_sampling(GOOD.float()), TypeError, "edge_index must be int32 or int64"),

@@ -49,7 +49,6 @@ from .negative_sampling import (_DIRECTED, _NO_LOOPS, NegativeSampler, _decode, 
                                 _rank_to_key)
 
 NAME = "edge_dot_loss"
-KERNELS = ("cpu", "cuda")  # csrc/{cpu,cuda}/edge_dot_loss_kernel.* (see pyg_edgedot._backend)
 FALLBACK = "composite"  # elsewhere: implemented in Python over edge_dot's ops
 
 NumNodes = Union[int, Tuple[int, int]]

@@ -40,8 +40,6 @@ Distinct ranks, uniformly, in random order: see :func:`_draw_distinct` (and the 
 kernel's header for its own argument, which the CUDA kernel's draws share).
 """
 import contextlib
-import math
-import operator
 import warnings
 from typing import List, Optional, Tuple, Union
 
@@ -54,11 +52,9 @@ __all__ = ["NegativeSampler", "negative_sampling", "batched_negative_sampling",
            "structured_negative_sampling", "structured_negative_sampling_feasible"]
 
 NAME = "negative_sampling"  # the op group: csrc/negative_sampling.cpp
-KERNELS = ("cpu", "cuda")  # C++ and CUDA kernels (see pyg_edgedot._backend)
 
 NumNodes = Union[int, Tuple[int, int]]
 
-_MAX_KEYS = 2 ** 62          # keys, ranks and their sums stay far from int64 overflow
 _RAND_HIGH = 2 ** 62         # raw draws for per-block ranks: bias of `% m` is <= m / 2**62
 # Above these sizes, ranks are sorted before the searchsorted that maps them to keys:
 # random queries into a large sorted array miss the cache on every step of the binary
@@ -70,98 +66,17 @@ _SORT_QUERIES_MIN_RANKS = 1 << 12
 _DENSE_FRACTION = 0.25
 
 
-# ---------------------------------------------------------------------------------------
-# Argument checks (each names the public function and the argument)
-# ---------------------------------------------------------------------------------------
-
-def _as_plain_index(name: str, edge_index) -> Tensor:
-    if not isinstance(edge_index, Tensor):
-        raise TypeError(f"{name}: edge_index must be a torch.Tensor of shape [2, E] "
-                        f"(got {type(edge_index).__name__})")
-    as_tensor = getattr(edge_index, "as_tensor", None)
-    if as_tensor is not None and type(edge_index) is not Tensor:
-        edge_index = as_tensor()  # torch_geometric.EdgeIndex -> plain Tensor
-    _checks.check_dense(name, "edge_index", edge_index)
-    if edge_index.device.type == "meta":
-        raise NotImplementedError(f"{name}: edge_index is on the meta device; sampling "
-                                  f"needs its values (which pairs are edges)")
-    if edge_index.dim() != 2 or edge_index.size(0) != 2:
-        raise ValueError(f"{name}: edge_index must have shape [2, E] "
-                         f"(got {list(edge_index.shape)})")
-    if edge_index.dtype not in _checks.INDEX_DTYPES:
-        raise TypeError(f"{name}: edge_index must be int32 or int64 "
-                        f"(got {edge_index.dtype})")
-    return edge_index
-
-
-def _as_count(name: str, arg: str, value) -> int:
-    if isinstance(value, bool):
-        raise TypeError(f"{name}: {arg} must be an int (got bool {value})")
-    try:
-        value = operator.index(value)
-    except TypeError:
-        raise TypeError(f"{name}: {arg} must be an int "
-                        f"(got {type(value).__name__})") from None
-    if value < 0:
-        raise ValueError(f"{name}: {arg} must be >= 0 (got {value})")
-    if value >= _MAX_KEYS:
-        raise ValueError(f"{name}: {arg} must be below 2**62 (got {value})")
-    return value
-
-
-def _check_generator(name: str, generator, device: torch.device) -> None:
-    if generator is None:
-        return
-    if not isinstance(generator, torch.Generator):
-        raise TypeError(f"{name}: generator must be a torch.Generator "
-                        f"(got {type(generator).__name__})")
-    if generator.device.type != device.type:
-        raise ValueError(f"{name}: generator must be on edge_index's device type "
-                         f"(got a {generator.device.type} generator for {device} tensors)")
-
-
 def _num_nodes_of(name: str, edge_index: Tensor, original, num_nodes
                   ) -> Tuple[int, int, bool]:
     """(N_src, N_dst, bipartite) from ``num_nodes``, PyG's way when it is None."""
-    if num_nodes is None:
-        get_sparse_size = getattr(original, "get_sparse_size", None)
-        if get_sparse_size is not None and type(original) is not Tensor:
-            size = max(int(s) for s in get_sparse_size())  # PyG's maybe_num_nodes
-        else:
-            size = int(edge_index.max()) + 1 if edge_index.numel() > 0 else 0
-        return size, size, False
-    if isinstance(num_nodes, (tuple, list)):
-        if len(num_nodes) != 2:
-            raise ValueError(f"{name}: num_nodes must be an int or a pair (N_src, N_dst) "
-                             f"(got {tuple(num_nodes)})")
-        num_src = _as_count(name, "num_nodes[0]", num_nodes[0])
-        num_dst = _as_count(name, "num_nodes[1]", num_nodes[1])
-        return num_src, num_dst, True
-    size = _as_count(name, "num_nodes", num_nodes)
+    if num_nodes is not None:
+        return _checks.sampling_num_nodes(name, num_nodes)
+    get_sparse_size = getattr(original, "get_sparse_size", None)
+    if get_sparse_size is not None and type(original) is not Tensor:
+        size = max(int(s) for s in get_sparse_size())  # PyG's maybe_num_nodes
+    else:
+        size = int(edge_index.max()) + 1 if edge_index.numel() > 0 else 0
     return size, size, False
-
-
-def _check_range(name: str, edge_index: Tensor, num_src: int, num_dst: int,
-                 batch: Optional[Tuple[str, str]] = None) -> None:
-    """The node counts come from ``num_nodes``, or, for the batched sampler, from the lengths
-    of the ``batch`` tensors that ``batch`` names (source side, destination side)."""
-    if edge_index.numel() == 0:
-        return
-    lo = int(edge_index.min())
-    if lo < 0:
-        raise IndexError(f"{name}: edge_index holds a negative index ({lo})")
-    for row, bound, what in ((0, num_src, "source"), (1, num_dst, "destination")):
-        hi = int(edge_index[row].max())
-        if hi < bound:
-            continue
-        if batch is None:
-            raise IndexError(f"{name}: edge_index holds {what} index {hi} but num_nodes "
-                             f"gives only {bound} {what} nodes; num_nodes must be at "
-                             f"least max index + 1")
-        arg, per = batch[row], "node" if batch[0] == batch[1] else f"{what} node"
-        raise IndexError(f"{name}: edge_index holds {what} index {hi} but {arg} has only "
-                         f"{bound} entries (one per {per}); {arg} must be at least max "
-                         f"index + 1 long")
 
 
 def _index_dtype(dtype: torch.dtype, num_src: int, num_dst: int) -> torch.dtype:
@@ -170,19 +85,6 @@ def _index_dtype(dtype: torch.dtype, num_src: int, num_dst: int) -> torch.dtype:
     if dtype == torch.int32 and max(num_src, num_dst) > torch.iinfo(torch.int32).max + 1:
         return torch.int64
     return dtype
-
-
-def _resolve_count(name: str, num_samples, num_edges: int) -> int:
-    """PyG's rule: None -> E, a float -> int(ratio * E), an int -> itself."""
-    if num_samples is None:
-        return num_edges
-    if isinstance(num_samples, float):
-        if not math.isfinite(num_samples) or num_samples < 0:
-            raise ValueError(f"{name}: num_neg_samples as a ratio must be finite and "
-                             f">= 0 (got {num_samples})")
-        # Past the key space no graph has that many pairs: the complement is returned.
-        return min(int(num_samples * num_edges), _MAX_KEYS - 1)
-    return _as_count(name, "num_neg_samples", num_samples)
 
 
 # ---------------------------------------------------------------------------------------
@@ -581,12 +483,12 @@ class _KeySpace:
         """One graph's key space, built by the op ``excluded_edge_keys``, which validates
         ``edge_index`` on the way: its one host sync reads back the tables' size with
         ``first_bad`` (a CPU tensor), so the build has no other. For an index out of range,
-        raises :func:`_check_range`'s ``IndexError``."""
+        raises :func:`_checks.check_sampling_range`'s ``IndexError``."""
         with _kept_tensors():
             excluded, adj, first_bad = _excluded_edge_keys(edge_index, mode, n_src, n_dst)
         bad = int(first_bad)  # a CPU tensor: no sync
         if bad >= 0:
-            _check_range(name, edge_index, n_src, n_dst)
+            _checks.check_sampling_range(name, edge_index, n_src, n_dst)
             raise IndexError(f"{name}: edge_index holds an index out of range at edge {bad}")
         space = cls.__new__(cls)
         space.mode, space.n_src, space.n_dst = mode, n_src, n_dst
@@ -652,12 +554,9 @@ class NegativeSampler:
     def __init__(self, edge_index: Tensor, num_nodes: Optional[NumNodes] = None, *,
                  self_loops: bool = False, _name: str = "NegativeSampler"):
         name = _name
-        plain = _as_plain_index(name, edge_index)
+        plain = _checks.sampling_edge_index(name, edge_index)
         num_src, num_dst, bipartite = _num_nodes_of(name, plain, edge_index, num_nodes)
-        if num_src * max(num_dst, 1) >= _MAX_KEYS:
-            _check_range(name, plain, num_src, num_dst)  # an index out of range is named first
-            raise ValueError(f"{name}: num_nodes {(num_src, num_dst)} gives more than "
-                             f"2**62 pairs; int64 keys would overflow")
+        _checks.check_key_space(name, plain, num_src, num_dst)
         self._name = name
         self.num_src_nodes, self.num_dst_nodes = num_src, num_dst
         self.bipartite = bipartite
@@ -718,8 +617,8 @@ class NegativeSampler:
 
     def _sample(self, num_samples, replace, force_undirected, generator, name,
                 dtype: Optional[torch.dtype] = None) -> Tensor:
-        _check_generator(name, generator, self.device)
-        count = _resolve_count(name, num_samples, self.num_edges)
+        _checks.check_generator(name, generator, self.device)
+        count = _checks.sample_count(name, num_samples, self.num_edges)
         undirected = bool(force_undirected) and not self.bipartite
         if undirected:
             count //= 2
@@ -821,20 +720,11 @@ class NegativeSampler:
     def _sample_per_source(self, src_index, k, generator, name,
                            dtype: Optional[torch.dtype] = None,
                            keep_rows: bool = True) -> Tensor:
-        _check_generator(name, generator, self.device)
-        k = _as_count(name, "k", k)
-        _checks.check_tensor(name, "src_index", src_index, 1, "1-D [S]", _checks.INDEX_DTYPES,
-                             "int32 or int64")
-        if src_index.device != self.device:
-            raise ValueError(f"{name}: src_index must be on {self.device} "
-                             f"(got {src_index.device})")
+        _checks.check_generator(name, generator, self.device)
+        k = _checks.as_count(name, "k", k)
+        _checks.check_sources(name, src_index, self.device, self.num_src_nodes)
         dtype = dtype or self.index_dtype
         src = src_index.long()
-        if src.numel() > 0:
-            lo, hi = int(src.min()), int(src.max())
-            if lo < 0 or hi >= self.num_src_nodes:
-                raise IndexError(f"{name}: src_index holds {lo if lo < 0 else hi}, outside "
-                                 f"[0, {self.num_src_nodes})")
         out_shape = (src.numel(), k)
         if src.numel() == 0 or k == 0:
             return torch.empty(out_shape, dtype=dtype, device=self.device)
@@ -842,11 +732,7 @@ class NegativeSampler:
         width = self._width
         row_ptr = self._source_rows() if keep_rows else self._rows_for(src.numel())
         free, before = self._free_of(src, row_ptr)
-        if bool((free == 0).any()):
-            node = int(src[free == 0][0])
-            raise ValueError(f"{name}: node {node} is connected to all its candidate "
-                             f"destinations, so it has no negative (see "
-                             f"structured_negative_sampling_feasible)")
+        _checks.check_has_negative(name, free, src)
         # Rank of (i, 0) among all complement keys: i * width minus excluded keys before.
         start = src * width - before
         ranks = (start.unsqueeze(1)
@@ -860,11 +746,6 @@ class NegativeSampler:
 # ---------------------------------------------------------------------------------------
 # PyG-compatible functions
 # ---------------------------------------------------------------------------------------
-
-def _check_method(name: str, method: str) -> None:
-    if method not in ("sparse", "dense"):
-        raise ValueError(f"{name}: method must be 'sparse' or 'dense' (got {method!r})")
-
 
 def negative_sampling(edge_index: Tensor, num_nodes: Optional[NumNodes] = None,
                       num_neg_samples: Optional[Union[int, float]] = None,
@@ -903,7 +784,7 @@ def negative_sampling(edge_index: Tensor, num_nodes: Optional[NumNodes] = None,
         ``edge_index``'s device.
     """
     name = "negative_sampling"
-    _check_method(name, method)
+    _checks.check_sampling_method(name, method)
     sampler = NegativeSampler(edge_index, num_nodes, _name=name)
     return sampler._sample(num_neg_samples, False, force_undirected, generator, name,
                            torch.int64)
@@ -933,33 +814,17 @@ def batched_negative_sampling(edge_index: Tensor, batch: Union[Tensor, Tuple[Ten
         complement is too small give all of it, with one ``UserWarning`` for the call.
     """
     name = "batched_negative_sampling"
-    _check_method(name, method)
-    _check_generator(name, generator, edge_index.device if isinstance(edge_index, Tensor)
-                     else torch.device("cpu"))
-    plain = _as_plain_index(name, edge_index)
+    _checks.check_sampling_method(name, method)
+    _checks.check_generator(name, generator, edge_index.device
+                            if isinstance(edge_index, Tensor) else torch.device("cpu"))
+    plain = _checks.sampling_edge_index(name, edge_index)
     device = plain.device
-    bipartite = not isinstance(batch, Tensor)
-    if bipartite:
-        if not (isinstance(batch, (tuple, list)) and len(batch) == 2):
-            raise TypeError(f"{name}: batch must be a Tensor or a pair of Tensors")
-        batches = [batch[0], batch[1]]
-    else:
-        batches = [batch]
-    args = ["batch[0]", "batch[1]"] if bipartite else ["batch"]  # as errors name them
-    for arg, b in zip(args, batches):
-        if not isinstance(b, Tensor):
-            raise TypeError(f"{name}: {arg} must be a torch.Tensor (got {type(b).__name__})")
-        _checks.check_dense(name, arg, b)
-        if b.dim() != 1 or b.dtype not in _checks.INDEX_DTYPES:
-            raise ValueError(f"{name}: {arg} must be a 1-D int32/int64 tensor "
-                             f"(got shape {list(b.shape)}, {b.dtype})")
-        if b.device != device:
-            raise ValueError(f"{name}: {arg} must be on {device} (got {b.device})")
-        if b.numel() > 0 and int(b.min()) < 0:
-            raise ValueError(f"{name}: {arg} holds a negative graph id")
+    batches, args = _checks.sampling_batch(name, batch, device)
+    bipartite = len(batches) == 2
     src_batch = batches[0].long()
     dst_batch = batches[-1].long()
-    _check_range(name, plain, src_batch.numel(), dst_batch.numel(), (args[0], args[-1]))
+    _checks.check_sampling_range(name, plain, src_batch.numel(), dst_batch.numel(),
+                                 (args[0], args[-1]))
     num_graphs = max(int(b.max()) + 1 if b.numel() > 0 else 0 for b in (src_batch, dst_batch))
     if num_graphs == 0:
         return plain.new_empty((2, 0), dtype=torch.int64)
@@ -1001,10 +866,10 @@ def batched_negative_sampling(edge_index: Tensor, batch: Union[Tensor, Tuple[Ten
     if num_neg_samples is None:
         want = num_edges.clone()
     elif isinstance(num_neg_samples, float):
-        _resolve_count(name, num_neg_samples, 0)  # checks the ratio
-        want = (num_neg_samples * num_edges.double()).clamp(max=_MAX_KEYS - 1).long()
+        _checks.sample_count(name, num_neg_samples, 0)  # checks the ratio
+        want = (num_neg_samples * num_edges.double()).clamp(max=_checks.MAX_KEYS - 1).long()
     else:
-        empty_want = _resolve_count(name, num_neg_samples, 0)
+        empty_want = _checks.sample_count(name, num_neg_samples, 0)
         want = torch.full((num_graphs,), empty_want, dtype=torch.long, device=device)
     undirected = bool(force_undirected) and not bipartite
     if undirected:
@@ -1012,7 +877,7 @@ def batched_negative_sampling(edge_index: Tensor, batch: Union[Tensor, Tuple[Ten
         empty_want //= 2
     mode = _DIRECTED if bipartite else (_UNDIRECTED if undirected else _NO_LOOPS)
     num_keys = _num_keys(mode, n_src, n_dst)
-    if bool((num_keys.double().sum() >= _MAX_KEYS)):
+    if bool((num_keys.double().sum() >= _checks.MAX_KEYS)):
         raise ValueError(f"{name}: the batch has more than 2**62 candidate pairs")
     space = _KeySpace(mode, src_local[src], dst_local[dst], n_src, n_dst,
                       _exclusive_cumsum(num_keys), edge_graph, num_keys, int(num_keys.sum()))
@@ -1064,8 +929,7 @@ def structured_negative_sampling(edge_index: Tensor, num_nodes: Optional[int] = 
             there); :func:`structured_negative_sampling_feasible` tells beforehand.
     """
     name = "structured_negative_sampling"
-    if isinstance(num_nodes, (tuple, list)):
-        raise TypeError(f"{name}: num_nodes must be an int (got {tuple(num_nodes)})")
+    _checks.check_int_num_nodes(name, num_nodes)
     sampler = NegativeSampler(edge_index, num_nodes, self_loops=contains_neg_self_loops,
                               _name=name)
     plain = sampler._edge_index
@@ -1083,8 +947,7 @@ def structured_negative_sampling_feasible(edge_index: Tensor,
     :func:`torch_geometric.utils.structured_negative_sampling_feasible`.
     """
     name = "structured_negative_sampling_feasible"
-    if isinstance(num_nodes, (tuple, list)):
-        raise TypeError(f"{name}: num_nodes must be an int (got {tuple(num_nodes)})")
+    _checks.check_int_num_nodes(name, num_nodes)
     sampler = NegativeSampler(edge_index, num_nodes, self_loops=contains_neg_self_loops,
                               _name=name)
     if sampler.num_src_nodes == 0:

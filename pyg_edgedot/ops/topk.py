@@ -16,7 +16,6 @@ descending (a NaN score ranks as -inf), ties by the lower destination index; the
 The score is the float32 accumulation (float64 for float64 inputs) before it is rounded to
 the input dtype.
 """
-import numbers
 from typing import Optional, Tuple
 
 import torch
@@ -26,13 +25,11 @@ from .. import _checks
 from . import _chunked
 
 NAME = "topk"          # the op group: csrc/topk.cpp
-KERNELS = ("cpu", "cuda")   # C++ and CUDA kernels (see pyg_edgedot._backend)
 
 # The fallback's tiles: DST_TILE destinations at a time, and as many source rows as keep a
 # tile within _chunked.DEFAULT_CHUNK_ELEMS elements. Read at call time (tests shrink them).
 DST_TILE = 1 << 16
 
-_MAX_PAIRS = 2 ** 62   # N_src * N_dst: the excluded pairs' int64 keys never overflow
 _LOW32 = (1 << 32) - 1
 _PAD = -(1 << 31)      # the fallback's order key of an excluded or padding entry
 
@@ -102,14 +99,13 @@ def topk_dst(x_src: Tensor, x_dst: Tensor, k: int, *, src_index: Optional[Tensor
     """
     op = "topk_dst"
     _checks.check_features(x_src, x_dst, op)
-    k = _check_k(op, k)
+    k = _checks.check_k(op, k, minimum=0, int64=True)
     validate = src_index is not None   # every row of x_src: in range by construction
     if src_index is None:
         src_index = torch.arange(x_src.size(0), dtype=torch.int64, device=x_src.device)
     else:
         _checks.check_candidate_index(op, src_index, "src_index", "[N]", x_src)
-    if not isinstance(sorted, bool):
-        raise TypeError(f"{op}: sorted must be a bool (got {type(sorted).__name__})")
+    _checks.check_bool(op, "sorted", sorted)
     num_src = x_src.size(0)
     exclude_ptr, exclude_dst = exclude_csr(op, exclude, x_src, x_dst)
     scores, index, first_bad = torch.ops.pyg_edgedot.topk_dst(
@@ -118,16 +114,6 @@ def topk_dst(x_src: Tensor, x_dst: Tensor, k: int, *, src_index: Optional[Tensor
         op, validate, first_bad, [(src_index, (num_src,))],
         lambda: [_checks.Bound("src_index", src_index, "x_src", num_src)], "position")
     return scores, index
-
-
-def _check_k(op: str, k) -> int:
-    if isinstance(k, bool) or not isinstance(k, (numbers.Integral, torch.SymInt)):
-        raise TypeError(f"{op}: k must be an int (got {type(k).__name__})")
-    if k < 0:
-        raise ValueError(f"{op}: k must be >= 0 (got {k})")
-    if k >= 2 ** 63:   # the op's int is int64: past it, the dispatcher's cast error
-        raise ValueError(f"{op}: k must be below 2**63 (got {k})")
-    return k
 
 
 def exclude_csr(op: str, exclude: Optional[Tensor], x_src: Tensor,
@@ -142,15 +128,9 @@ def exclude_csr(op: str, exclude: Optional[Tensor], x_src: Tensor,
     empty = torch.empty(0, dtype=torch.int64, device=device)
     if exclude is None:
         return empty, empty
-    if not isinstance(exclude, Tensor):
-        raise TypeError(f"{op}: exclude must be a Tensor of shape [2, E] "
-                        f"(got {type(exclude).__name__})")
-    exclude = _checks.as_plain_index(exclude)
-    _checks.check_dense(op, "exclude", exclude)
-    if exclude.dim() != 2 or exclude.size(0) != 2:
-        raise ValueError(f"{op}: exclude must have shape [2, E] (got {tuple(exclude.shape)})")
+    exclude = _checks.check_pairs(op, "exclude", exclude)
     _checks.check_index_dtype_device(op, "exclude", exclude, x_src)
-    if num_src * num_dst >= _MAX_PAIRS:
+    if num_src * num_dst >= _checks.MAX_KEYS:
         raise ValueError(f"{op}: x_src and x_dst have {num_src} x {num_dst} pairs, more than "
                          "2**62: the excluded pairs' int64 keys would overflow")
     if exclude.size(1) == 0:
@@ -179,15 +159,12 @@ def check_topk_op_args(x_src: Tensor, x_dst: Tensor, src_index: Tensor, exclude_
     that bypass :func:`topk_dst` (metadata only)."""
     op = "topk_dst"
     _checks.check_op_args(op, [("x_src", x_src), ("x_dst", x_dst)], [("src_index", src_index)])
-    for name, t in (("exclude_ptr", exclude_ptr), ("exclude_dst", exclude_dst)):
-        if t.dim() != 1 or t.dtype != torch.int64 or t.device != x_src.device:
-            raise ValueError(f"{op}: {name} must be 1-D int64 on {x_src.device} (got shape "
-                             f"{tuple(t.shape)}, {t.dtype} on {t.device})")
+    _checks.check_int64_vectors(
+        op, [("exclude_ptr", exclude_ptr), ("exclude_dst", exclude_dst)], x_src.device)
     if exclude_ptr.numel() not in (0, x_src.size(0) + 1):
         raise ValueError(f"{op}: exclude_ptr must be empty or have N_src + 1 = "
                          f"{x_src.size(0) + 1} entries (got {exclude_ptr.numel()})")
-    if k < 0:
-        raise ValueError(f"{op}: k must be >= 0 (got {k})")
+    _checks.check_k(op, k, minimum=0)
 
 
 def _order_key(score: Tensor, index: Tensor) -> Tensor:
