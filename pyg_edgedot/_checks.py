@@ -405,9 +405,6 @@ class _Validated:
         while len(self._entries) > self.capacity:
             self._entries.popitem(last=False)
 
-    def clear(self) -> None:
-        self._entries.clear()
-
 
 VALIDATED = _Validated()
 

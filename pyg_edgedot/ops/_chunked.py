@@ -35,6 +35,19 @@ def new_first_bad(like: Tensor) -> Tensor:
     return torch.full((1,), -1, dtype=torch.int64, device=like.device)
 
 
+def first_true(mask: Tensor) -> Tensor:
+    """``[1]`` int64 on ``mask``'s device: the position of its first True, or -1; no host
+    read (``argmax`` returns the first of equal maxima)."""
+    if mask.numel() == 0:
+        return torch.full((1,), -1, dtype=torch.int64, device=mask.device)
+    return torch.where(mask.any(), mask.to(torch.int8).argmax(), -1).view(1)
+
+
+def exclusive_cumsum(x: Tensor) -> Tensor:
+    """``[0, x0, x0 + x1, ...]`` without the total: where each segment of sizes ``x`` starts."""
+    return torch.cumsum(x, 0) - x
+
+
 def record_first_bad(first_bad: Tensor, start: int, bad: Tensor) -> None:
     if bool(first_bad < 0) and bool(bad.any()):
         first_bad.fill_(start + int(bad.nonzero()[0, 0]))

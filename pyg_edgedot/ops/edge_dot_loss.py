@@ -45,8 +45,8 @@ from torch import Tensor
 
 from .. import _checks
 from . import _chunked
-from .negative_sampling import (_DIRECTED, _NO_LOOPS, NegativeSampler, _decode, _index_dtype,
-                                _rank_to_key)
+from .negative_sampling import (_DIRECTED, _NO_LOOPS, NegativeSampler, _decode, _draw_seed,
+                                _index_dtype, _rank_to_key)
 
 NAME = "edge_dot_loss"
 FALLBACK = "composite"  # elsewhere: implemented in Python over edge_dot's ops
@@ -157,8 +157,7 @@ def _space_of(op: str, device: torch.device, nodes: Tuple[int, int], src_index: 
               validate: bool) -> _Space:
     num_src, num_dst = nodes
     if seed is None:
-        # From torch's default CPU generator: torch.manual_seed reproduces it; no device sync.
-        seed = torch.randint(0, 2 ** 63 - 1, (), dtype=torch.int64)
+        seed = _draw_seed()
     else:
         seed = _checks.check_seed(op, seed, device)
     structured = negatives == "structured"

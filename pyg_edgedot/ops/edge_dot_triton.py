@@ -40,7 +40,7 @@ try:
     import triton
     import triton.language as tl
     _IMPORT_ERROR: Optional[str] = None
-except ImportError as err:  # the module stays importable; available() says why
+except ImportError as err:  # the module stays importable; unavailable() says why
     triton = tl = None
     _IMPORT_ERROR = str(err)
 
@@ -104,7 +104,7 @@ def backward_config(feat_dim: int, dtype: torch.dtype) -> Tuple[int, int, int, i
     """``(BLOCK_K, BLOCK_D, num_warps, num_stages)`` of the backward row kernels."""
     block_k, block_d, _ = _tile(feat_dim, dtype, GRAD_TILE_BYTES, GRAD_MIN_EDGES,
                                 GRAD_MAX_EDGES)
-    # One program per row, most rows short: 4 warps (more programs resident per SM).
+    # One program per row, most rows short: few warps (more programs resident per SM).
     return block_k, block_d, GRAD_NUM_WARPS, GRAD_NUM_STAGES
 
 
@@ -121,6 +121,8 @@ def unavailable() -> Optional[str]:
 
 
 def _acc_dtype(dtype: torch.dtype) -> torch.dtype:
+    # _chunked.acc_dtype's rule, kept here: the tests load this module by path, outside the
+    # package (tests/test_triton.py, load_interpreted_module), so it imports none of it.
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
@@ -421,12 +423,12 @@ def edge_dot_grad(grad_out: Tensor, x_gather: Tensor, scatter_index: Tensor,
     out = torch.empty(num_rows, feat_dim, dtype=x_gather.dtype, device=x_gather.device)
     starts = list(range(0, num_edges, SORT_CHUNK_EDGES))
     running = None  # float32/float64 sum over the sort chunks so far, when there are several
+    acc = _acc_dtype(x_gather.dtype)
     with _device_guard(x_gather):
         for start in starts:
             stop = min(start + SORT_CHUNK_EDGES, num_edges)
             target = out if stop == num_edges else (running if running is not None else
-                                                    torch.empty_like(out, dtype=_acc_dtype(
-                                                        x_gather.dtype)))
+                                                    torch.empty_like(out, dtype=acc))
             _grad_chunk(grad_out[start:stop], x_gather, scatter_index[start:stop],
                         gather_index[start:stop], num_rows, running, target)
             running = target

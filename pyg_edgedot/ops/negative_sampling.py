@@ -47,6 +47,8 @@ import torch
 from torch import Tensor
 
 from .. import _checks
+from . import _chunked
+from ._chunked import exclusive_cumsum
 
 __all__ = ["NegativeSampler", "negative_sampling", "batched_negative_sampling",
            "structured_negative_sampling", "structured_negative_sampling_feasible"]
@@ -163,14 +165,11 @@ def _excluded_edge_keys_fallback(edge_index: Tensor, mode: str, num_src_nodes: i
     column out of range dropped and the first one in ``first_bad`` ([1] on the CPU, -1:
     none)."""
     src, dst = edge_index[0].long(), edge_index[1].long()
-    bad = (src < 0) | (src >= num_src_nodes) | (dst < 0) | (dst >= num_dst_nodes)
+    bad = ~(_chunked.in_range(src, num_src_nodes) & _chunked.in_range(dst, num_dst_nodes))
     key_bound = _num_keys(mode, num_src_nodes, num_dst_nodes)
     keys = _encode(mode, src, dst, num_src_nodes, num_dst_nodes, key_bound)
     excluded, adj = _excluded_keys_fallback(keys.masked_fill_(bad, key_bound), key_bound)
-    if bad.numel() == 0:
-        return excluded, adj, torch.full((1,), -1, dtype=torch.int64)
-    first_bad = torch.where(bad.any(), bad.to(torch.int8).argmax(), -1).view(1)
-    return excluded, adj, first_bad.cpu()
+    return excluded, adj, _chunked.first_true(bad).cpu()
 
 
 def _excluded_edge_keys(*args) -> Tuple[Tensor, Tensor, Tensor]:
@@ -218,10 +217,6 @@ def _segment_ids(counts: Tensor) -> Tensor:
                                    counts)
 
 
-def _exclusive_cumsum(x: Tensor) -> Tensor:
-    return torch.cumsum(x, 0) - x
-
-
 def _pick_per_block(block: Tensor, have: Tensor, want: Tensor, generator) -> Tensor:
     """Indices into a block-sorted array of sum(have) items: for each block a uniform
     random want[b]-subset of its have[b] items, in uniform random order, blocks in order.
@@ -236,7 +231,7 @@ def _pick_per_block(block: Tensor, have: Tensor, want: Tensor, generator) -> Ten
         return perm[:int(want[0])]
     order = torch.sort(block[perm], stable=True).indices
     perm, perm_block = perm[order], block[perm][order]
-    position = torch.arange(total, device=block.device) - _exclusive_cumsum(have)[perm_block]
+    position = torch.arange(total, device=block.device) - exclusive_cumsum(have)[perm_block]
     return perm[position < want[perm_block]]
 
 
@@ -272,7 +267,7 @@ def _draw_distinct(start: Tensor, free: Tensor, want: Tensor, generator,
     if bool(dense.any()):
         count = torch.where(dense, free, torch.zeros_like(free))
         block = _segment_ids(count)
-        offset = torch.arange(block.numel(), device=device) - _exclusive_cumsum(count)[block]
+        offset = torch.arange(block.numel(), device=device) - exclusive_cumsum(count)[block]
         parts_ranks.append(start[block] + offset)
         parts_block.append(block)
 
@@ -290,10 +285,10 @@ def _draw_distinct(start: Tensor, free: Tensor, want: Tensor, generator,
             if first and first_round >= 0:
                 count = torch.where(need > 0, torch.full_like(count, first_round), count * 0)
             first = False
-            held_before = _exclusive_cumsum(have)
+            held_before = exclusive_cumsum(have)
             if free.numel() == 1:
                 # one graph: scalar bounds, no per-draw block bookkeeping (at 2M draws
-                # that bookkeeping was ~100 ms of gathers on the CPU)
+                # it costs ~100 ms of gathers on the CPU)
                 ranks = torch.randint(int(start[0]), int(start[0]) + int(free_now[0]),
                                       (int(count[0]),), generator=generator, device=device)
                 ranks = torch.unique(ranks)
@@ -389,13 +384,13 @@ def _negative_sample_index_fallback(excluded_adj: Tensor, num_ranks: int) -> Ten
     return excluded_adj.new_empty(0)
 
 
-def _draw_seed(generator: Optional[torch.Generator]) -> int:
-    """One int64 for the op's counter-based generator: from ``generator`` (on its device),
-    else from torch's default CPU generator (no device sync; ``torch.manual_seed`` sets
-    it)."""
+def _draw_seed(generator: Optional[torch.Generator] = None) -> Tensor:
+    """A 0-dim int64 seed for the ops' counter-based generator (the samplers' and the
+    loss's): from ``generator`` (on its device), else from torch's default CPU generator (no
+    device sync; ``torch.manual_seed`` sets it)."""
     device = generator.device if generator is not None else torch.device("cpu")
-    return int(torch.randint(0, 2 ** 63 - 1, (), dtype=torch.int64, generator=generator,
-                             device=device))
+    return torch.randint(0, 2 ** 63 - 1, (), dtype=torch.int64, generator=generator,
+                         device=device)
 
 
 def fallback_impls() -> dict:
@@ -640,7 +635,7 @@ class NegativeSampler:
         elif not replace and count > free:
             _warn_short(name, count, free, "pairs", 4)
             count = free
-        out = _negative_sample(space.adj, free, count, _draw_seed(generator), replace,
+        out = _negative_sample(space.adj, free, count, int(_draw_seed(generator)), replace,
                                space.mode, self.num_src_nodes, self.num_dst_nodes,
                                dtype or self.index_dtype,
                                adj_index=space.adj_index() if count > 0 else None)
@@ -847,7 +842,7 @@ def batched_negative_sampling(edge_index: Tensor, batch: Union[Tensor, Tuple[Ten
         n = torch.bincount(b, minlength=num_graphs)
         order = torch.sort(b, stable=True).indices
         local = torch.empty_like(b)
-        local[order] = torch.arange(b.numel(), device=device) - _exclusive_cumsum(n)[b[order]]
+        local[order] = torch.arange(b.numel(), device=device) - exclusive_cumsum(n)[b[order]]
         return n, local, order
 
     n_src, src_local, src_order = local_ids(src_batch)
@@ -880,7 +875,7 @@ def batched_negative_sampling(edge_index: Tensor, batch: Union[Tensor, Tuple[Ten
     if bool((num_keys.double().sum() >= _checks.MAX_KEYS)):
         raise ValueError(f"{name}: the batch has more than 2**62 candidate pairs")
     space = _KeySpace(mode, src_local[src], dst_local[dst], n_src, n_dst,
-                      _exclusive_cumsum(num_keys), edge_graph, num_keys, int(num_keys.sum()))
+                      exclusive_cumsum(num_keys), edge_graph, num_keys, int(num_keys.sum()))
     short = want > space.free
     num_empty_short = num_empty if empty_want > 0 else 0
     if bool(short.any()) or num_empty_short > 0:
@@ -896,8 +891,8 @@ def batched_negative_sampling(edge_index: Tensor, batch: Union[Tensor, Tuple[Ten
     keys, block = keys[pick], block[pick]
     src_l, dst_l = space.decode(keys, block)
     # back to global ids: the k-th node of graph b is order[ptr_b + k]
-    src_g = src_order[_exclusive_cumsum(n_src)[block] + src_l]
-    dst_g = dst_order[_exclusive_cumsum(n_dst)[block] + dst_l]
+    src_g = src_order[exclusive_cumsum(n_src)[block] + src_l]
+    dst_g = dst_order[exclusive_cumsum(n_dst)[block] + dst_l]
     if undirected:
         # PyG's per-graph layout: graph b's (i, j) columns, then their mirrors. A stable
         # sort by graph of [pairs, mirrors] keeps the pairs ahead within each graph.

@@ -137,8 +137,7 @@ def exclude_csr(op: str, exclude: Optional[Tensor], x_src: Tensor,
         return empty, empty
     src, dst = exclude[0].long(), exclude[1].long()
     valid = _chunked.in_range(src, num_src) & _chunked.in_range(dst, num_dst)
-    bad = (~valid).to(torch.int8)
-    first_bad = torch.where(bad.any(), bad.argmax(), -1).view(1)
+    first_bad = _chunked.first_true(~valid)
     _checks.raise_if_edge_out_of_range(op, True, first_bad, exclude, x_src, x_dst, "exclude")
     if num_dst == 0:
         return empty, empty
@@ -193,7 +192,7 @@ def _excluded_in_rows(src: Tensor, ok: Tensor, exclude_ptr: Tensor, exclude_dst:
     total = int(count.sum())
     row = torch.repeat_interleave(torch.arange(src.numel(), device=device), count,
                                   output_size=total)
-    start = torch.cumsum(count, 0) - count
+    start = _chunked.exclusive_cumsum(count)
     dst = exclude_dst[torch.arange(total, device=device) - start[row] + lo[row]]
     keep = _chunked.in_range(dst, num_dst)
     row, dst = row[keep], dst[keep]
