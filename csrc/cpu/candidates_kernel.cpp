@@ -14,6 +14,7 @@
 #include <type_traits>
 
 #include "common.h"
+#include "first_bad.h"
 #include "prefetch.h"
 #include "row_dot.h"
 
@@ -42,19 +43,6 @@ struct CandidateRows {
     if (c >= 0 && c < num_rows) prefetch_lines(rows + c * row_stride, row_bytes);
   }
 };
-
-inline void record_bad_row(std::atomic<int64_t>& first_bad, int64_t row) {
-  int64_t seen = first_bad.load();
-  while (row < seen && !first_bad.compare_exchange_weak(seen, row)) {
-  }
-}
-
-inline at::Tensor first_bad_tensor(const std::atomic<int64_t>& first_bad,
-                                   const at::Tensor& like_index) {
-  const int64_t bad = first_bad.load();
-  const int64_t first = bad == std::numeric_limits<int64_t>::max() ? -1 : bad;
-  return at::full({1}, first, like_index.options().dtype(at::kLong));
-}
 
 inline int64_t grain_rows(int64_t num_cand, int64_t feat_dim) {
   return std::max<int64_t>(1, 32768 / std::max<int64_t>(1, (num_cand + 1) * feat_dim));
@@ -242,7 +230,7 @@ std::tuple<at::Tensor, at::Tensor> score_candidates_cpu(const at::Tensor& x_src_
   const at::Tensor x_src = unit_column_stride(x_src_in);
   const at::Tensor x_dst = unit_column_stride(x_dst_in);
   at::Tensor out = at::empty({cand_index.size(0), cand_index.size(1)}, x_src.options());
-  std::atomic<int64_t> first_bad{std::numeric_limits<int64_t>::max()};
+  std::atomic<int64_t> first_bad{kNoBadRow};
   if (src_index.size(0) > 0) {
     AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x_src.scalar_type(), "score_candidates_cpu", [&] {
       AT_DISPATCH_INDEX_TYPES(src_index.scalar_type(), "score_candidates_cpu", [&] {
@@ -274,7 +262,7 @@ std::tuple<at::Tensor, at::Tensor> rank_candidates_cpu(
   const at::Tensor x_src = unit_column_stride(x_src_in);
   const at::Tensor x_dst = unit_column_stride(x_dst_in);
   at::Tensor rank = at::empty({src_index.size(0)}, x_src.options().dtype(at::kFloat));
-  std::atomic<int64_t> first_bad{std::numeric_limits<int64_t>::max()};
+  std::atomic<int64_t> first_bad{kNoBadRow};
   if (src_index.size(0) > 0) {
     AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x_src.scalar_type(), "rank_candidates_cpu", [&] {
       AT_DISPATCH_INDEX_TYPES(src_index.scalar_type(), "rank_candidates_cpu", [&] {

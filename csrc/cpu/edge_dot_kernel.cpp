@@ -12,6 +12,7 @@
 #include <type_traits>
 
 #include "common.h"
+#include "first_bad.h"
 #include "prefetch.h"
 #include "row_dot.h"
 
@@ -59,10 +60,7 @@ PYG_EDGEDOT_INLINE void forward_range(const ForwardArgs<scalar_t, index_t>& p, i
     const int64_t t = has_rel ? static_cast<int64_t>(p.rel_ptr[e * p.rel_stride]) : 0;
     if (s < 0 || s >= p.num_src || d < 0 || d >= p.num_dst || t < 0 || t >= p.num_rel) {
       p.out_ptr[e] = nan;
-      if (p.first_bad == nullptr) continue;
-      int64_t seen = p.first_bad->load();
-      while (e < seen && !p.first_bad->compare_exchange_weak(seen, e)) {
-      }
+      if (p.first_bad != nullptr) record_bad_row(*p.first_bad, e);
       continue;
     }
     const scalar_t* a = p.src_rows + s * p.src_row_stride;
@@ -227,7 +225,7 @@ std::tuple<at::Tensor, at::Tensor> edge_dot_cpu(
   const at::Tensor x_dst = unit_column_stride(x_dst_in);
   const at::Tensor rel = rel_in.defined() ? unit_column_stride(rel_in) : rel_in;
   at::Tensor out = at::empty({src_index.size(0)}, x_src.options());
-  std::atomic<int64_t> first_bad{std::numeric_limits<int64_t>::max()};
+  std::atomic<int64_t> first_bad{kNoBadRow};
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x_src.scalar_type(), "edge_dot_cpu", [&] {
     AT_DISPATCH_INDEX_TYPES(src_index.scalar_type(), "edge_dot_cpu", [&] {
       edge_dot_cpu_impl<scalar_t, index_t>(x_src, x_dst, src_index, dst_index, rel, rel_index,
@@ -235,9 +233,7 @@ std::tuple<at::Tensor, at::Tensor> edge_dot_cpu(
     });
   });
   if (!report_bad) return {out, at::empty({0}, src_index.options().dtype(at::kLong))};
-  const int64_t bad = first_bad.load();
-  const int64_t first = bad == std::numeric_limits<int64_t>::max() ? -1 : bad;
-  return {out, at::full({1}, first, src_index.options().dtype(at::kLong))};
+  return {out, first_bad_tensor(first_bad, src_index)};
 }
 
 // out[scatter[e], :] += grad[e] * (x_other[other[e], :] *) x_gather[gather[e], :], the

@@ -36,6 +36,7 @@
 #include "adj_index.h"
 #include "common.h"
 #include "edge_dot_loss_common.h"
+#include "first_bad.h"
 #include "prefetch.h"
 #include "row_dot.h"
 
@@ -82,11 +83,7 @@ PYG_EDGEDOT_INLINE void make_pairs(const Args<scalar_t, index_t>& p, int64_t e0,
     const int64_t d = static_cast<int64_t>(p.dst_ptr[e * p.dst_stride]);
     if (s < 0 || s >= p.num_src_rows || d < 0 || d >= p.num_dst_rows) {
       for (int64_t j = 0; j <= k_neg; ++j) out[j] = Pair{-1, -1};
-      if (first_bad != nullptr) {
-        int64_t seen = first_bad->load();
-        while (e < seen && !first_bad->compare_exchange_weak(seen, e)) {
-        }
-      }
+      if (first_bad != nullptr) record_bad_row(*first_bad, e);
       continue;
     }
     out[0] = Pair{s, d};
@@ -267,7 +264,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> edge_dot_loss_cpu(const loss::Cal
   const int64_t block_pos = std::max<int64_t>(1, kBlockPairs / width);
   const int64_t num_blocks = (num_edges + block_pos - 1) / block_pos;
   std::vector<double> partial(num_blocks, 0.0);
-  std::atomic<int64_t> first_bad{std::numeric_limits<int64_t>::max()};
+  std::atomic<int64_t> first_bad{kNoBadRow};
   const auto acc_type = at::toOpMathType(x_src.scalar_type());
   double total = 0;
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x_src.scalar_type(), "edge_dot_loss_cpu", [&] {
@@ -295,9 +292,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> edge_dot_loss_cpu(const loss::Cal
   if (options.mean) total /= static_cast<double>(call.num_terms);
   at::Tensor out = at::scalar_tensor(total, x_src.options().dtype(acc_type))
                        .to(x_src.scalar_type());
-  const int64_t bad = first_bad.load();
-  const int64_t first = bad == std::numeric_limits<int64_t>::max() ? -1 : bad;
-  return {out, at::full({1}, first, src_index.options().dtype(at::kLong)), score_grad};
+  return {out, first_bad_tensor(first_bad, src_index), score_grad};
 }
 
 // ---------------------------------------------------------------------------------------

@@ -68,6 +68,7 @@
 #include <vector>
 
 #include "adj_index.h"
+#include "first_bad.h"
 #include "negative_sampling_common.h"
 #include "prefetch.h"
 
@@ -560,9 +561,7 @@ int64_t encode_edges(const index_t* src, const index_t* dst, int64_t step, int64
       keys[e] = ok ? encoder.key<mode>(s, d) : encoder.num_keys;
       if (!ok && bad == n) bad = e;
     }
-    int64_t seen = first_bad.load();
-    while (bad < seen && !first_bad.compare_exchange_weak(seen, bad)) {
-    }
+    record_bad_row(first_bad, bad);
   });
   return first_bad.load();
 }

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "common.h"
+#include "first_bad.h"
 #include "row_dot.h"  // the AVX2 target and its run-time choice (use_avx2)
 
 namespace pyg_edgedot {
@@ -170,12 +171,6 @@ void scan_row(const acc_t* scores, int64_t count, int64_t j0, RowHeap<acc_t>& he
   }
 }
 
-inline void record_bad_row(std::atomic<int64_t>& first_bad, int64_t row) {
-  int64_t seen = first_bad.load();
-  while (row < seen && !first_bad.compare_exchange_weak(seen, row)) {
-  }
-}
-
 template <typename scalar_t, typename index_t>
 void topk_dst_cpu_impl(const at::Tensor& x_src, const at::Tensor& x_dst,
                        const at::Tensor& src_index, const at::Tensor& exclude_ptr,
@@ -307,7 +302,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> topk_dst_cpu(
   const int64_t num_rows = src_index.size(0);
   at::Tensor scores = at::empty({num_rows, k}, x_src.options());
   at::Tensor index = at::empty({num_rows, k}, x_src.options().dtype(at::kLong));
-  std::atomic<int64_t> first_bad{std::numeric_limits<int64_t>::max()};
+  std::atomic<int64_t> first_bad{kNoBadRow};
   if (num_rows > 0) {
     AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x_src.scalar_type(), "topk_dst_cpu", [&] {
       AT_DISPATCH_INDEX_TYPES(src_index.scalar_type(), "topk_dst_cpu", [&] {
@@ -316,10 +311,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> topk_dst_cpu(
       });
     });
   }
-  const int64_t bad = first_bad.load();
-  at::Tensor bad_tensor = at::full({1}, bad == std::numeric_limits<int64_t>::max() ? -1 : bad,
-                                   src_index.options().dtype(at::kLong));
-  return {scores, index, bad_tensor};
+  return {scores, index, first_bad_tensor(first_bad, src_index)};
 }
 
 }  // namespace
