@@ -1,9 +1,11 @@
-// Schemas of edge_dot and its gradient, in the one TORCH_LIBRARY block of pyg_edgedot; the
-// other op groups add theirs with TORCH_LIBRARY_FRAGMENT (edge_dot_rel.cpp, candidates.cpp).
-// Kernels in csrc/cpu/edge_dot_kernel.cpp and csrc/cuda/edge_dot_kernel.cu, the checks at the
-// op boundary in common.h; fake kernels and autograd are registered from Python right after
-// this library is loaded. Each schema is one m.def of adjacent string literals: the Python
-// side reads them from here to define the same ops when the extension cannot be built.
+// Schemas of edge_dot and its gradients, in the one TORCH_LIBRARY block of pyg_edgedot; every
+// other csrc/*.cpp (one per op group) adds its group's with TORCH_LIBRARY_FRAGMENT, and each
+// kernel file (csrc/cpu/*_kernel.cpp, csrc/cuda/*_kernel.cu) registers its backend's kernels
+// with TORCH_LIBRARY_IMPL. edge_dot's kernels are in csrc/cpu/edge_dot_kernel.cpp and
+// csrc/cuda/edge_dot_kernel.cu, the checks at the op boundary in common.h; fake kernels and
+// autograd are registered from Python right after this library is loaded. Each schema is one
+// m.def of adjacent string literals: the Python side reads them from every csrc/*.cpp
+// (pyg_edgedot/_build.py's schemas) to define the same ops when the extension cannot be built.
 #include <torch/library.h>
 
 TORCH_LIBRARY(pyg_edgedot, m) {
