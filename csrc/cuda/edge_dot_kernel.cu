@@ -80,7 +80,7 @@ void dispatch_choices(bool first, bool flag, F&& f) {
 // With REL, each product also takes the edge's relation row: sum_k a[k] * r[k] * b[k]
 // (DistMult). The relation table is small, so its rows come from L1/L2.
 // Edges whose row loads are in flight together per group, and the blocks per SM the register
-// cap is set for. Measured on the H200 (benchmarks/NOTES.md, v7): 2 edges at 4 blocks
+// cap is set for. Measured on the H200 (benchmarks/NOTES.md, CUDA forward): 2 edges at 4 blocks
 // per SM tied 4 edges at 3 blocks in random order and was 6-8% faster sorted by source, where
 // half the row loads hit L1 and more warps keep more DRAM reads in flight; 8 edges was slower
 // than 4 (1.8x in bf16). DistMult's three rows take the same: 4 edges needed 110 registers

@@ -159,7 +159,7 @@ __device__ __forceinline__ void keep_own_sum(acc_t (&acc)[EPG], const bool (&sco
 //
 // PIPELINED (only where one pass of the G lanes covers a row, feat_dim <= G * VEC): the next
 // round's index shuffles and row loads are issued before this round's butterfly, so a warp's
-// loads no longer wait out the round's dependent shuffles. Each lane adds the same products
+// loads do not wait out the round's dependent shuffles. Each lane adds the same products
 // in the same order and the butterfly is the same, so the score is the same bits. Measured on
 // an H100 (benchmarks/NOTES.md, the kernels): 4-13% faster sorted by source, level in random
 // order; DistMult's three rows spilled in this form, so REL keeps the loop.
