@@ -5,6 +5,7 @@ inputs the kernel saw (low-precision inputs are upcast, never regenerated), by r
 error ``||out - ref|| / ||ref||``.
 """
 import os
+import re
 import subprocess
 import sys
 import zlib
@@ -136,6 +137,23 @@ def assert_close(out: Tensor, ref: Tensor, dtype: torch.dtype, what: str = "outp
         return
     err = rel_err(out, ref, scale)
     assert err <= tol, f"{what}: relative error {err:.3e} > {tol:.1e} ({dtype})"
+
+
+def _expect(exc_type, op: str, names, fn) -> str:
+    """Calls ``fn``, which must raise ``exc_type`` with a message that starts with ``op:`` and
+    names each of ``names``; returns the message."""
+    with pytest.raises(exc_type) as info:
+        fn()
+    message = str(info.value)
+    assert message.startswith(f"{op}:"), f"message does not start with {op!r}: {message!r}"
+    for name in names:
+        assert name in message, f"message does not name {name!r}: {message!r}"
+    return message
+
+
+def _has_number(message: str, number: int) -> bool:
+    """Whether ``message`` holds ``number`` as a number of its own (not part of another)."""
+    return re.search(rf"(?<![\w.-]){re.escape(str(number))}(?![\w.])", message) is not None
 
 
 def run_backward(out: Tensor, gen: torch.Generator) -> Tensor:

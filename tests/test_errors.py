@@ -1,24 +1,13 @@
 """Bad inputs: the exception type, a message that starts with ``edge_dot:`` and names the
 argument; out-of-range indices with and without ``validate``."""
-import re
-
 import numpy as np
 import pytest
 import torch
 
 from pyg_edgedot import EdgeDotScore, edge_dot
-from _helpers import (DEVICES, FLOAT_DTYPES, HAS_CUDA, INDEX_DTYPES, assert_close, dtype_id,
-                      op_edge_dot, randn, random_edge_index, ref_edge_dot, ref_grads)
-
-
-def _expect(exc_type, names, fn):
-    with pytest.raises(exc_type) as info:
-        fn()
-    message = str(info.value)
-    assert message.startswith("edge_dot:"), f"message does not start with 'edge_dot:': {message!r}"
-    for name in names:
-        assert name in message, f"message does not name {name!r}: {message!r}"
-    return message
+from _helpers import (DEVICES, FLOAT_DTYPES, HAS_CUDA, INDEX_DTYPES, _expect, _has_number,
+                      assert_close, dtype_id, op_edge_dot, randn, random_edge_index, ref_edge_dot,
+                      ref_grads)
 
 
 def _data(gen, device, dtype=torch.float32):
@@ -31,55 +20,60 @@ def _data(gen, device, dtype=torch.float32):
 @pytest.mark.parametrize("device", DEVICES)
 def test_type_errors(device, gen):
     x_src, x_dst, ei = _data(gen, device)
-    _expect(TypeError, ["x_src"], lambda: edge_dot(x_src.long(), x_dst, ei))
-    _expect(TypeError, ["x_dst"], lambda: edge_dot(x_src, x_dst.int(), ei))
-    _expect(TypeError, ["x_src"], lambda: edge_dot(x_src.bool(), x_dst, ei))
-    _expect(TypeError, ["x_src"], lambda: edge_dot(x_src.to(torch.complex64), x_dst, ei))
-    _expect(TypeError, ["x_src", "x_dst"], lambda: edge_dot(x_src, x_dst.double(), ei))
-    _expect(TypeError, ["x_src", "x_dst"], lambda: edge_dot(x_src.half(), x_dst.bfloat16(), ei))
-    _expect(TypeError, ["edge_index"], lambda: edge_dot(x_src, x_dst, ei.float()))
-    _expect(TypeError, ["edge_index"], lambda: edge_dot(x_src, x_dst, ei.to(torch.int16)))
-    _expect(TypeError, ["edge_index"], lambda: edge_dot(x_src, x_dst, ei.bool()))
+    _expect(TypeError, "edge_dot", ["x_src"], lambda: edge_dot(x_src.long(), x_dst, ei))
+    _expect(TypeError, "edge_dot", ["x_dst"], lambda: edge_dot(x_src, x_dst.int(), ei))
+    _expect(TypeError, "edge_dot", ["x_src"], lambda: edge_dot(x_src.bool(), x_dst, ei))
+    _expect(TypeError, "edge_dot", ["x_src"],
+            lambda: edge_dot(x_src.to(torch.complex64), x_dst, ei))
+    _expect(TypeError, "edge_dot", ["x_src", "x_dst"], lambda: edge_dot(x_src, x_dst.double(), ei))
+    _expect(TypeError, "edge_dot", ["x_src", "x_dst"],
+            lambda: edge_dot(x_src.half(), x_dst.bfloat16(), ei))
+    _expect(TypeError, "edge_dot", ["edge_index"], lambda: edge_dot(x_src, x_dst, ei.float()))
+    _expect(TypeError, "edge_dot", ["edge_index"],
+            lambda: edge_dot(x_src, x_dst, ei.to(torch.int16)))
+    _expect(TypeError, "edge_dot", ["edge_index"], lambda: edge_dot(x_src, x_dst, ei.bool()))
     # Not a Tensor at all.
-    _expect(TypeError, ["x_src"], lambda: edge_dot(x_src.tolist(), x_dst, ei))
-    _expect(TypeError, ["x_src"], lambda: edge_dot(x_src.cpu().numpy(), x_dst, ei))
-    _expect(TypeError, ["x_dst"], lambda: edge_dot(x_src, None, ei))
-    _expect(TypeError, ["edge_index"], lambda: edge_dot(x_src, x_dst, ei.tolist()))
-    _expect(TypeError, ["edge_index"],
+    _expect(TypeError, "edge_dot", ["x_src"], lambda: edge_dot(x_src.tolist(), x_dst, ei))
+    _expect(TypeError, "edge_dot", ["x_src"], lambda: edge_dot(x_src.cpu().numpy(), x_dst, ei))
+    _expect(TypeError, "edge_dot", ["x_dst"], lambda: edge_dot(x_src, None, ei))
+    _expect(TypeError, "edge_dot", ["edge_index"], lambda: edge_dot(x_src, x_dst, ei.tolist()))
+    _expect(TypeError, "edge_dot", ["edge_index"],
             lambda: edge_dot(x_src, x_dst, np.zeros((2, 3), dtype=np.int64)))
     # Sparse and nested tensors: named, not the dispatcher's "could not run" error.
-    _expect(TypeError, ["x_src", "dense", "sparse_coo"],
+    _expect(TypeError, "edge_dot", ["x_src", "dense", "sparse_coo"],
             lambda: edge_dot(x_src.to_sparse(), x_dst, ei))
-    _expect(TypeError, ["x_dst", "dense", "sparse_csr"],
+    _expect(TypeError, "edge_dot", ["x_dst", "dense", "sparse_csr"],
             lambda: edge_dot(x_src, x_dst.to_sparse_csr(), ei))
-    _expect(TypeError, ["edge_index", "dense"], lambda: edge_dot(x_src, x_dst, ei.to_sparse()))
+    _expect(TypeError, "edge_dot", ["edge_index", "dense"],
+            lambda: edge_dot(x_src, x_dst, ei.to_sparse()))
     nested = torch.nested.nested_tensor([x_src[:2], x_src[2:5]])
-    _expect(TypeError, ["x_src", "nested"], lambda: edge_dot(nested, x_dst, ei))
+    _expect(TypeError, "edge_dot", ["x_src", "nested"], lambda: edge_dot(nested, x_dst, ei))
 
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_value_errors(device, gen):
     x_src, x_dst, ei = _data(gen, device)
-    _expect(ValueError, ["x_src"], lambda: edge_dot(x_src[:, 0], x_dst, ei))   # 1-D
-    _expect(ValueError, ["x_dst"], lambda: edge_dot(x_src, x_dst[:, 0], ei))
-    _expect(ValueError, ["x_src"], lambda: edge_dot(x_src[None], x_dst, ei))   # 3-D
-    _expect(ValueError, ["x_src", "x_dst"], lambda: edge_dot(x_src[:, :3], x_dst, ei))
-    _expect(ValueError, ["edge_index"],
+    _expect(ValueError, "edge_dot", ["x_src"], lambda: edge_dot(x_src[:, 0], x_dst, ei))   # 1-D
+    _expect(ValueError, "edge_dot", ["x_dst"], lambda: edge_dot(x_src, x_dst[:, 0], ei))
+    _expect(ValueError, "edge_dot", ["x_src"], lambda: edge_dot(x_src[None], x_dst, ei))   # 3-D
+    _expect(ValueError, "edge_dot", ["x_src", "x_dst"], lambda: edge_dot(x_src[:, :3], x_dst, ei))
+    _expect(ValueError, "edge_dot", ["edge_index"],
             lambda: edge_dot(x_src, x_dst, torch.cat([ei, ei[:1]])))           # [3, E]
-    _expect(ValueError, ["edge_index"], lambda: edge_dot(x_src, x_dst, ei[0]))  # 1-D
-    _expect(ValueError, ["edge_index"], lambda: edge_dot(x_src, x_dst, ei.t()))  # [E, 2]
-    _expect(ValueError, ["edge_index"], lambda: edge_dot(x_src, x_dst, ei[None]))  # 3-D
+    _expect(ValueError, "edge_dot", ["edge_index"], lambda: edge_dot(x_src, x_dst, ei[0]))  # 1-D
+    _expect(ValueError, "edge_dot", ["edge_index"],
+            lambda: edge_dot(x_src, x_dst, ei.t()))  # [E, 2]
+    _expect(ValueError, "edge_dot", ["edge_index"], lambda: edge_dot(x_src, x_dst, ei[None]))  # 3-D
     # A 1-D feature tensor is a shape problem even when it is also not float.
-    _expect(ValueError, ["x_src"], lambda: edge_dot(x_src[:, 0].long(), x_dst, ei))
+    _expect(ValueError, "edge_dot", ["x_src"], lambda: edge_dot(x_src[:, 0].long(), x_dst, ei))
 
 
 @pytest.mark.skipif(not HAS_CUDA, reason="CUDA is not available")
 def test_device_errors(gen):
     x_src, x_dst, ei = _data(gen, "cuda")
-    _expect(ValueError, ["x_src", "x_dst"], lambda: edge_dot(x_src, x_dst.cpu(), ei))
-    _expect(ValueError, ["x_src", "x_dst"], lambda: edge_dot(x_src.cpu(), x_dst, ei))
-    _expect(ValueError, ["edge_index"], lambda: edge_dot(x_src, x_dst, ei.cpu()))
-    _expect(ValueError, ["edge_index"], lambda: edge_dot(x_src.cpu(), x_dst.cpu(), ei))
+    _expect(ValueError, "edge_dot", ["x_src", "x_dst"], lambda: edge_dot(x_src, x_dst.cpu(), ei))
+    _expect(ValueError, "edge_dot", ["x_src", "x_dst"], lambda: edge_dot(x_src.cpu(), x_dst, ei))
+    _expect(ValueError, "edge_dot", ["edge_index"], lambda: edge_dot(x_src, x_dst, ei.cpu()))
+    _expect(ValueError, "edge_dot", ["edge_index"], lambda: edge_dot(x_src.cpu(), x_dst.cpu(), ei))
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -89,10 +83,6 @@ def test_module_rejects_bad_x(device, gen):
         EdgeDotScore()((x_src, x_dst, x_dst), ei)
     with pytest.raises(TypeError, match="EdgeDotScore"):
         EdgeDotScore()(x_src.tolist(), ei)
-
-
-def _has_number(message: str, number: int) -> bool:
-    return re.search(rf"(?<![\w.-]){re.escape(str(number))}(?![\w.])", message) is not None
 
 
 OUT_OF_RANGE = [
@@ -112,7 +102,8 @@ def test_index_out_of_range(row_value, index_dtype, device, gen):
     bad_edge = 213
     ei[row, bad_edge] = value
     ei[row, bad_edge + 40] = value  # a later bad edge: the message names the first one
-    message = _expect(IndexError, [f"edge_index[{row}]"], lambda: edge_dot(x_src, x_dst, ei))
+    message = _expect(IndexError, "edge_dot", [f"edge_index[{row}]"],
+                      lambda: edge_dot(x_src, x_dst, ei))
     assert _has_number(message, bad_edge), f"message does not name edge {bad_edge}: {message!r}"
     assert _has_number(message, value), f"message does not name value {value}: {message!r}"
     # The registered op reports the same first bad edge (and does not raise).
@@ -185,7 +176,7 @@ def test_validate_false_same_tensor_and_empty_side(device, gen):
     out = edge_dot(x.detach(), none, torch.zeros(2, 4, dtype=torch.int64, device=device),
                    validate=False)
     assert out.shape == (4,) and torch.isnan(out.cpu()).all()
-    _expect(IndexError, ["edge_index[1]"],
+    _expect(IndexError, "edge_dot", ["edge_index[1]"],
             lambda: edge_dot(x, none, torch.zeros(2, 4, dtype=torch.int64, device=device)))
 
 

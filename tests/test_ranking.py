@@ -1,8 +1,6 @@
 """Candidate scoring and ranking (``pyg_edgedot.ops.candidates``): values against a float64
 reference, ranks against OGB's formula (with real ties), metrics, gradients, opcheck,
 torch.compile, bad inputs and the pure-PyTorch fallback."""
-import re
-
 import numpy as np
 import pytest
 import torch
@@ -14,16 +12,12 @@ from pyg_edgedot.ops import _chunked, candidates as candidates_ops
 FALLBACK = candidates_ops.fallback_impls()
 fallback_score, fallback_rank = FALLBACK["score_candidates"], FALLBACK["rank_candidates"]
 from _helpers import (DEVICES, FLOAT_DTYPES, HAS_CUDA, INDEX_DTYPES, LOW_PRECISION,
-                      OPCHECK_CASES, OPCHECK_IDS, TOL, X_LAYOUTS, RecordingBackend, assert_close,
-                      cpp_kernel_on_cpu, dtype_id, leaf, make_x, randn, ref_base_grad, ref_grads,
-                      scores_bitwise_alike)
+                      OPCHECK_CASES, OPCHECK_IDS, TOL, X_LAYOUTS, RecordingBackend, _expect, _f64,
+                      _has_number, assert_close, cpp_kernel_on_cpu, dtype_id, leaf, make_x, randn,
+                      ref_base_grad, ref_grads, scores_bitwise_alike)
 
 
 # ---- references ------------------------------------------------------------------------
-
-def _f64(t):
-    return t.detach().to("cpu").to(torch.float64)
-
 
 def ref_scores(x_src, x_dst, src_index, cand_index):
     """float64 CPU reference: out[n, k] = <x_src[src[n]], x_dst[cand[n, k]]>."""
@@ -666,16 +660,6 @@ def test_compile_inductor_score_and_rank(device, gen, fresh_dynamo):
 
 # ---- bad inputs --------------------------------------------------------------------------------
 
-def _expect(exc_type, op, names, fn):
-    with pytest.raises(exc_type) as info:
-        fn()
-    message = str(info.value)
-    assert message.startswith(f"{op}:"), f"message does not start with {op!r}: {message!r}"
-    for name in names:
-        assert name in message, f"message does not name {name!r}: {message!r}"
-    return message
-
-
 def _data(gen, device):
     x_src = randn(gen, 6, 4, device=device)
     x_dst = randn(gen, 5, 4, device=device)
@@ -763,10 +747,6 @@ def test_device_errors(gen):
     _expect(ValueError, sc, ["cand_index"], lambda: score_candidates(x_src, x_dst, src, cand.cpu()))
     _expect(ValueError, rc, ["pos_index"], lambda: rank_candidates(x_src, x_dst, src, pos.cpu(), cand))
     _expect(ValueError, rc, ["neg_index"], lambda: rank_candidates(x_src, x_dst, src, pos, cand.cpu()))
-
-
-def _has_number(message, number):
-    return re.search(rf"(?<![\w.-]){re.escape(str(number))}(?![\w.])", message) is not None
 
 
 # (argument, position, value): x_src has 6 rows, x_dst 5; there are 300 sources, K = 4.

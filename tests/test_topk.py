@@ -10,8 +10,8 @@ import torch
 
 from pyg_edgedot import topk_dst
 from pyg_edgedot.ops import _chunked, topk as topk_mod
-from _helpers import (DEVICES, FLOAT_DTYPES, INDEX_DTYPES, LOW_PRECISION, TOL, cpp_kernel_on_cpu,
-                      dtype_id, randn, script_result)
+from _helpers import (DEVICES, FLOAT_DTYPES, INDEX_DTYPES, LOW_PRECISION, TOL, _expect,
+                      cpp_kernel_on_cpu, dtype_id, randn, script_result)
 
 BACKENDS = ["op", "fallback"]
 OP = torch.ops.pyg_edgedot.topk_dst.default
@@ -417,7 +417,7 @@ def test_bad_source_rows_are_padding(device, gen):
         torch.testing.assert_close(good[0], scores[[0, 2, 4]])
     for k in (0, 2):
         assert OP(x_src, x_dst, src, ptr, dst, k, True)[2].tolist() == [1]
-    _expect(IndexError, ["src_index", "position 1", "7"],
+    _expect(IndexError, "topk_dst", ["src_index", "position 1", "7"],
             lambda: topk_dst(x_src, x_dst, 2, src_index=src))
 
 
@@ -662,50 +662,46 @@ def test_compile_fullgraph(device, gen, fresh_dynamo):
 
 # ---- bad input ------------------------------------------------------------------------------
 
-def _expect(exc_type, names, fn):
-    with pytest.raises(exc_type) as info:
-        fn()
-    message = str(info.value)
-    assert message.startswith("topk_dst:"), message
-    for name in names:
-        assert name in message, f"message does not name {name!r}: {message!r}"
-
-
 def test_bad_input(gen):
     x_src, x_dst = randn(gen, 5, 3), randn(gen, 8, 3)
     ex = torch.tensor([[0, 1], [2, 3]])
-    _expect(ValueError, ["k", ">= 0"], lambda: topk_dst(x_src, x_dst, -1))
-    _expect(TypeError, ["k"], lambda: topk_dst(x_src, x_dst, 2.0))
-    _expect(TypeError, ["k"], lambda: topk_dst(x_src, x_dst, True))
-    _expect(ValueError, ["k", "2**63"], lambda: topk_dst(x_src, x_dst, 2 ** 63))
-    _expect(ValueError, ["feature dimension"], lambda: topk_dst(x_src, randn(gen, 8, 4), 2))
-    _expect(TypeError, ["dtype"], lambda: topk_dst(x_src, x_dst.double(), 2))
-    _expect(TypeError, ["x_src"], lambda: topk_dst(x_src.long(), x_dst.long(), 2))
-    _expect(ValueError, ["x_dst", "2-D"], lambda: topk_dst(x_src, x_dst[0], 2))
-    _expect(TypeError, ["x_src"], lambda: topk_dst(None, x_dst, 2))
-    _expect(TypeError, ["src_index"], lambda: topk_dst(x_src, x_dst, 2, src_index=[0, 1]))
-    _expect(TypeError, ["src_index", "int64 or int32"],
+    _expect(ValueError, "topk_dst", ["k", ">= 0"], lambda: topk_dst(x_src, x_dst, -1))
+    _expect(TypeError, "topk_dst", ["k"], lambda: topk_dst(x_src, x_dst, 2.0))
+    _expect(TypeError, "topk_dst", ["k"], lambda: topk_dst(x_src, x_dst, True))
+    _expect(ValueError, "topk_dst", ["k", "2**63"], lambda: topk_dst(x_src, x_dst, 2 ** 63))
+    _expect(ValueError, "topk_dst", ["feature dimension"],
+            lambda: topk_dst(x_src, randn(gen, 8, 4), 2))
+    _expect(TypeError, "topk_dst", ["dtype"], lambda: topk_dst(x_src, x_dst.double(), 2))
+    _expect(TypeError, "topk_dst", ["x_src"], lambda: topk_dst(x_src.long(), x_dst.long(), 2))
+    _expect(ValueError, "topk_dst", ["x_dst", "2-D"], lambda: topk_dst(x_src, x_dst[0], 2))
+    _expect(TypeError, "topk_dst", ["x_src"], lambda: topk_dst(None, x_dst, 2))
+    _expect(TypeError, "topk_dst", ["src_index"],
+            lambda: topk_dst(x_src, x_dst, 2, src_index=[0, 1]))
+    _expect(TypeError, "topk_dst", ["src_index", "int64 or int32"],
             lambda: topk_dst(x_src, x_dst, 2, src_index=torch.zeros(3)))
-    _expect(ValueError, ["src_index"],
+    _expect(ValueError, "topk_dst", ["src_index"],
             lambda: topk_dst(x_src, x_dst, 2, src_index=torch.zeros(3, 1, dtype=torch.long)))
-    _expect(IndexError, ["src_index", "position 2", "5"],
+    _expect(IndexError, "topk_dst", ["src_index", "position 2", "5"],
             lambda: topk_dst(x_src, x_dst, 2, src_index=torch.tensor([0, 4, 5, -1])))
-    _expect(IndexError, ["src_index", "position 1", "-1"],
+    _expect(IndexError, "topk_dst", ["src_index", "position 1", "-1"],
             lambda: topk_dst(x_src, x_dst, 0, src_index=torch.tensor([0, -1])))
-    _expect(ValueError, ["exclude", "[2, E]"], lambda: topk_dst(x_src, x_dst, 2, exclude=ex[0]))
-    _expect(ValueError, ["exclude", "[2, E]"],
+    _expect(ValueError, "topk_dst", ["exclude", "[2, E]"],
+            lambda: topk_dst(x_src, x_dst, 2, exclude=ex[0]))
+    _expect(ValueError, "topk_dst", ["exclude", "[2, E]"],
             lambda: topk_dst(x_src, x_dst, 2, exclude=torch.zeros(3, 4, dtype=torch.long)))
-    _expect(TypeError, ["exclude"], lambda: topk_dst(x_src, x_dst, 2, exclude=ex.float()))
-    _expect(TypeError, ["exclude"], lambda: topk_dst(x_src, x_dst, 2, exclude=[[0], [1]]))
-    _expect(IndexError, ["exclude[1]", "edge 1", "8", "x_dst has 8 rows"],
+    _expect(TypeError, "topk_dst", ["exclude"],
+            lambda: topk_dst(x_src, x_dst, 2, exclude=ex.float()))
+    _expect(TypeError, "topk_dst", ["exclude"],
+            lambda: topk_dst(x_src, x_dst, 2, exclude=[[0], [1]]))
+    _expect(IndexError, "topk_dst", ["exclude[1]", "edge 1", "8", "x_dst has 8 rows"],
             lambda: topk_dst(x_src, x_dst, 2, exclude=torch.tensor([[0, 1], [2, 8]])))
-    _expect(IndexError, ["exclude[0]", "edge 0", "-2", "x_src has 5 rows"],
+    _expect(IndexError, "topk_dst", ["exclude[0]", "edge 0", "-2", "x_src has 5 rows"],
             lambda: topk_dst(x_src, x_dst, 2, exclude=torch.tensor([[-2, 1], [2, 3]])))
-    _expect(TypeError, ["sorted"], lambda: topk_dst(x_src, x_dst, 2, sorted="yes"))
+    _expect(TypeError, "topk_dst", ["sorted"], lambda: topk_dst(x_src, x_dst, 2, sorted="yes"))
     # sparse indices: named, not the dispatcher's "could not run" error
-    _expect(TypeError, ["src_index", "dense", "sparse_coo"],
+    _expect(TypeError, "topk_dst", ["src_index", "dense", "sparse_coo"],
             lambda: topk_dst(x_src, x_dst, 2, src_index=torch.tensor([0, 1]).to_sparse()))
-    _expect(TypeError, ["exclude", "dense", "sparse_coo"],
+    _expect(TypeError, "topk_dst", ["exclude", "dense", "sparse_coo"],
             lambda: topk_dst(x_src, x_dst, 2, exclude=ex.to_sparse()))
 
 
@@ -729,6 +725,6 @@ def test_bad_op_arguments(gen):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA is not available")
 def test_device_mismatch(gen):
     x_src, x_dst = randn(gen, 5, 3), randn(gen, 8, 3, device="cuda")
-    _expect(ValueError, ["device"], lambda: topk_dst(x_src, x_dst, 2))
-    _expect(ValueError, ["exclude", "device"],
+    _expect(ValueError, "topk_dst", ["device"], lambda: topk_dst(x_src, x_dst, 2))
+    _expect(ValueError, "topk_dst", ["exclude", "device"],
             lambda: topk_dst(x_dst, x_dst, 2, exclude=torch.zeros(2, 1, dtype=torch.long)))
