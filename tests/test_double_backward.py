@@ -16,7 +16,7 @@ import torch
 from torch import autograd
 
 import pyg_edgedot
-from pyg_edgedot import edge_dot, score_candidates
+from pyg_edgedot import _backend, edge_dot, score_candidates
 from _helpers import DEVICES, randint, randn, random_edge_index
 
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -259,7 +259,7 @@ def test_compile_gradient_penalty_fullgraph(device, fresh_dynamo):
 def test_double_backward_forced_fallback():
     # This file's tests again in a fresh interpreter where every op is the pure-PyTorch
     # fallback (PYG_EDGEDOT_FORCE_FALLBACK=1).
-    if os.environ.get("PYG_EDGEDOT_FORCE_FALLBACK") == "1":
+    if _backend.loaded().config.force_fallback:
         assert pyg_edgedot.backends() == {"cpu": "python", "cuda": "python"}
         return
     env = dict(os.environ, PYG_EDGEDOT_FORCE_FALLBACK="1")
