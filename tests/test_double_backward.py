@@ -122,7 +122,9 @@ def _penalized_grad(score, x, W):
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_gradient_penalty_matches_eager(device):
-    # The reproducer: with the gradient op as a constant this was silently wrong.
+    # A gradient penalty through edge_dot(z, z, ei): its d/dW needs the gradient op's own
+    # derivative, so it equals the eager expression's only if that op is differentiated, not
+    # taken as a constant.
     torch.manual_seed(0)
     x = torch.randn(6, 3, dtype=F64, device=device)
     ei = torch.tensor([[0, 1, 2, 4], [1, 2, 3, 5]], device=device)

@@ -507,7 +507,7 @@ def test_cuda_loss_grad_chunks_on_both_routes_match_composite_bitwise(dtype, gen
 
 
 def test_cuda_loss_grad_allocates_no_pair_tensors(gen):
-    # Issue 15: no [2, E * (1 + K)] tensor. Beyond its outputs the backward holds one sort input
+    # No [2, E * (1 + K)] tensor of pairs. Beyond its outputs the backward holds one sort input
     # at a time (24 bytes a pair: [2, n] int32 keys, [2, n] (float, int32) payloads) and CUB's
     # scratch; the pairs as index tensors and weights would add 12 bytes a pair (24 MiB here).
     _cuda_loss_kernel_or_skip()

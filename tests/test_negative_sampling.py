@@ -1245,10 +1245,9 @@ def test_batched_bipartite_and_unsorted_batch(gen):
 
 
 def test_batched_graph_ids_past_the_node_count():
-    # Graph ids with gaps leave graphs empty; the work was O(largest id): all 4 nodes in graph
-    # 5 * 10**8 took the process down for memory (24 GB; not run here, in case that comes
-    # back), 2**40 raised the allocator's error. The same draws as ids 0, and the empty graphs
-    # still count in the warning.
+    # Graph ids with gaps leave graphs empty, and the work must stay O(nodes), not O(largest
+    # id): all 4 nodes in graph 10**6, or in graph 2**40 (an array that long fits no memory),
+    # draw the same as in graph 0, and the empty graphs still count in the warning.
     edge_index = torch.tensor([[0, 1, 2], [1, 2, 3]])
     for graph_id in (10 ** 6, 2 ** 40):
         torch.manual_seed(0)

@@ -168,9 +168,10 @@ def test_the_sources_are_found_and_the_schemas_read():
 
 
 def test_every_csrc_check_builds_its_message_without_an_ostream():
-    # csrc/check.h: TORCH_CHECK's ostream crashed the GPU image's process on an integer, so
-    # every check is a PYG_EDGEDOT_CHECK, whose parts must be strings, dtypes or devices
-    # (numbers through std::to_string; anything else does not compile).
+    # csrc/check.h: TORCH_CHECK's ostream crashes the GPU image's process on an integer
+    # (benchmarks/NOTES.md, "Why Python raises the errors"), so every check is a
+    # PYG_EDGEDOT_CHECK, whose parts must be strings, dtypes or devices (numbers through
+    # std::to_string; anything else does not compile).
     csrc = Path(_build.find_csrc())
     bare = [f"{path.relative_to(csrc)}:{number}"
             for path in sorted(csrc.rglob("*"))

@@ -45,7 +45,7 @@ def test_use_section_runs():
 @pytest.mark.parametrize("function", ["rank_candidates", "score_candidates"])
 def test_snippet_argument_names_are_the_error_message_names(function):
     # e.g. rank_candidates(z, z, src_index, pos_index, neg_index): an error names neg_index,
-    # so the README calls it neg_index too (it once said neg_dst).
+    # so the README calls it neg_index too.
     params = list(inspect.signature(getattr(pyg_edgedot, function)).parameters)
     calls = [node for block in use_section_blocks() for node in ast.walk(ast.parse(block))
              if isinstance(node, ast.Call) and getattr(node.func, "id", None) == function]

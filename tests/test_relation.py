@@ -298,7 +298,7 @@ def test_module_relations_parameters_and_repr():
         EdgeDotScore(num_relations=3)
     with pytest.raises(ValueError, match="must be >= 1"):
         EdgeDotScore(num_relations=0, channels=4)
-    # not silently truncated or parsed: 2.5 was 2 relations, "3" three, True one
+    # not silently truncated or parsed: 2.5 must not become 2 relations, "3" three, True one
     for kwargs, name in ((dict(num_relations=2.5, channels=4), "num_relations"),
                          (dict(num_relations=2, channels=3.7), "channels"),
                          (dict(num_relations="3", channels=4), "num_relations"),
