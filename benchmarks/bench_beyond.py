@@ -50,6 +50,7 @@ and DistMult at 100,000 nodes, E = 2M.
 """
 import argparse
 import datetime as _dt
+import functools
 import json
 import os
 import subprocess
@@ -69,7 +70,6 @@ from _workloads import GB, edge_reference, normalised_error, tolerance  # noqa: 
 SCHEMA = "pyg_edgedot-bench-beyond/1"
 SECTIONS = ["ranking", "candidates", "distmult", "triton"]
 OPTIONS = Options(warmups=3, max_reps=30, target_s=0.4)
-CHILD_ENV = "PYG_EDGEDOT_BENCH_TRITON_CHILD"  # set in the child that measures the Triton path
 
 FULL = dict(rank_nodes=2_927_963, rank_sources=86_956, rank_k=1000, dim=128,
             w3_nodes=2_927_963, w3_edges=30_000_000, relations=16)
@@ -244,12 +244,14 @@ def section_distmult(bench: Bench, sizes: Dict[str, int], device) -> List[Dict[s
     return records
 
 
-def section_triton(bench: Bench, sizes: Dict[str, int], device) -> List[Dict[str, Any]]:
-    """edge_dot at W3 on whichever backend serves CUDA here; the Triton path in a child."""
+def section_triton(bench: Bench, sizes: Dict[str, int], device,
+                   child: bool = False) -> List[Dict[str, Any]]:
+    """edge_dot at W3 on whichever backend serves CUDA here; the Triton path in a child
+    (``child``: this process is that child, run by :func:`_triton_in_child`)."""
     import pyg_edgedot
 
     backend = pyg_edgedot.backends()["cuda"]
-    if os.environ.get(CHILD_ENV) and backend != "triton":
+    if child and backend != "triton":
         return [_record("triton", "-", "triton", "fwd", {
             "status": "n/a", "message": f"PYG_EDGEDOT_CUDA=0 left the '{backend}' backend"})]
     name = {"cuda": "cuda_extension", "triton": "triton"}.get(backend, backend)
@@ -297,8 +299,8 @@ def _triton_in_child(quick: bool) -> List[Dict[str, Any]]:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "triton.json"
         cmd = [sys.executable, __file__, "--device", "cuda", "--sections", "triton",
-               "--out", str(out)] + (["--quick"] if quick else [])
-        env = dict(os.environ, PYG_EDGEDOT_CUDA="0", **{CHILD_ENV: "1"})
+               "--triton-child", "--out", str(out)] + (["--quick"] if quick else [])
+        env = dict(os.environ, PYG_EDGEDOT_CUDA="0")
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
         if proc.returncode != 0 or not out.exists():
             return [_record("triton", "-", "triton", "fwd", {
@@ -345,6 +347,8 @@ def main(argv=None) -> int:
     p.add_argument("--sections", default=",".join(SECTIONS))
     p.add_argument("--quick", action="store_true", help="tiny sizes (a smoke test)")
     p.add_argument("--out", type=Path, default=None, help="JSON path")
+    p.add_argument("--triton-child", action="store_true",
+                   help="run by the triton section in its child process (PYG_EDGEDOT_CUDA=0)")
     args = p.parse_args(argv)
 
     sections = [s for s in args.sections.split(",") if s]
@@ -364,13 +368,14 @@ def main(argv=None) -> int:
     if args.out is None:
         args.out = default_out_path(doc["device"]["name"], device.type, args.quick, "beyond")
     args.out.parent.mkdir(parents=True, exist_ok=True)
+    runners = dict(RUNNERS, triton=functools.partial(section_triton, child=args.triton_child))
     for name in sections:
         if name == "triton" and device.type != "cuda":
             doc["results"].append(_record("triton", "-", "triton", "fwd",
                                           {"status": "n/a", "message": "needs CUDA"}))
             continue
         try:
-            doc["results"].extend(RUNNERS[name](bench, sizes, device))
+            doc["results"].extend(runners[name](bench, sizes, device))
         except Exception as err:  # noqa: BLE001
             doc["results"].append(_record(name, "-", "-", "-", {
                 "status": "error", "message": f"{type(err).__name__}: {str(err)[:300]}",
