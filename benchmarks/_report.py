@@ -74,8 +74,8 @@ def table_header(doc: Dict[str, Any]) -> str:
     lines = [
         f"pyg_edgedot benchmark on {doc['device']['name']} ({doc['device']['type']}); "
         f"pyg_edgedot backends {doc['pyg_edgedot']['backends']}",
-        f"  Features: separate x_src and x_dst tensors (same N unless bipartite), torch.randn; "
-        f"edges torch.randint (uniform); 'sorted' = same edges in (src, dst) order.",
+        "  Features: separate x_src and x_dst tensors (same N unless bipartite), torch.randn; "
+        "edges torch.randint (uniform); 'sorted' = same edges in (src, dst) order.",
         f"  fwd = forward under no_grad; f+b = forward with requires_grad + out.backward(grad) "
         f"(grads of x_src and x_dst). Times: median ms ({s['clock']}), after warm-up, "
         f"{s['flush_bytes'] / MB:.0f} MB cache flush before each rep"

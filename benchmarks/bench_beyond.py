@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Benchmark what no peer does (issue 5): ranking with many negatives, candidate scoring,
+"""Benchmark what no peer does: ranking with many negatives, candidate scoring,
 relation-weighted (DistMult) scores, and the Triton path; each side by side with the way
 people do it today, in one run.
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Benchmark ``pyg_edgedot.edge_dot`` against its peers, side by side (issue 3).
+"""Benchmark ``pyg_edgedot.edge_dot`` against its peers, side by side.
 
 One run, one table: every workload x edge order x method, forward and forward+backward.
 

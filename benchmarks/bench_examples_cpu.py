@@ -1,6 +1,6 @@
 #!/usr/bin/env python
 """examples/link_pred.py's three pipelines side by side on the CPU: the runs behind
-examples/README.md's "Our negatives and loss against PyG's pipeline (CPU)" (issue 15).
+examples/README.md's "Our negatives and loss against PyG's pipeline (CPU)".
 
 Pipelines (each a fresh ``python examples/link_pred.py --device cpu --no-progress`` process,
 ``OMP_NUM_THREADS=1``, the GCN encoder, the example's defaults otherwise):

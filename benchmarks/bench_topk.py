@@ -1,6 +1,6 @@
 #!/usr/bin/env python
-"""Top-k retrieval (issue 18), side by side in one run: for every source, the k destinations
-with the highest dot product, the seen (source, destination) pairs excluded.
+"""Top-k retrieval, side by side in one run: for every source, the k destinations with the
+highest dot product, the seen (source, destination) pairs excluded.
 
     python benchmarks/bench_topk.py --device cpu --out benchmarks/results/topk_cpu.json
     python benchmarks/bench_topk.py --small            # a quick size

@@ -59,10 +59,11 @@
 #   ncu        Nsight Compute on the forward kernel of ours and of torch.compile, one launch
 #              each (the warm-up), at NCU_WORKLOAD (default W3) in NCU_ORDER (default sorted):
 #              throughput, memory, occupancy, launch and warp-state sections
-#              -> ncu_fwd_<workload>_<order>.log (NOTES Next 1, issue 19). NCU_KERNELS, a
-#              regex, picks other kernels (e.g. 'small_fused|index_put' with NCU_WORKLOAD=W1:
-#              the small-E backward against compile's kernels, NOTES Next 2); NCU_SKIP and
-#              NCU_COUNT (default 1 and 1) which of the matching launches are profiled
+#              -> ncu_fwd_<workload>_<order>.log (NOTES.md, Next: "Sorted-order forward on
+#              the H200"). NCU_KERNELS, a regex, picks other kernels (e.g.
+#              'small_fused|index_put' with NCU_WORKLOAD=W1: the small-E backward against
+#              compile's kernels, NOTES.md, Next: "W1 forward + backward on the H200"); NCU_SKIP
+#              and NCU_COUNT (default 1 and 1) which of the matching launches are profiled
 # The result files carry the names they have in benchmarks/results/: copy them there to
 # publish a run (history stays in git).
 set -uo pipefail
