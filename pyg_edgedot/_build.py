@@ -141,10 +141,15 @@ def _gpu_arches() -> List[str]:
     return [f"{major}.{minor}" for major, minor in caps]
 
 
+def wanted_arches() -> str:
+    """TORCH_CUDA_ARCH_LIST, else the GPUs present; empty without either."""
+    return os.environ.get("TORCH_CUDA_ARCH_LIST") or ";".join(_gpu_arches())
+
+
 def arch_list() -> str:
-    """TORCH_CUDA_ARCH_LIST, else the GPUs present, else 9.0 (H100/H200: without a GPU the
-    build still shows CUDA compile errors)."""
-    return os.environ.get("TORCH_CUDA_ARCH_LIST") or ";".join(_gpu_arches()) or "9.0"
+    """:func:`wanted_arches`, else 9.0 (H100/H200: without a GPU the build still shows CUDA
+    compile errors)."""
+    return wanted_arches() or "9.0"
 
 
 def gencode_flags(arches: str) -> List[str]:
@@ -351,8 +356,7 @@ def packaged(variant: str, csrc: Optional[Path]) -> Optional[str]:
     if any(key.get(k) != record.get(k) for k in set(key) | set(record) if k not in ignored):
         return None
     if variant == "cuda":
-        wanted = os.environ.get("TORCH_CUDA_ARCH_LIST") or ";".join(_gpu_arches())
-        if not _arch_set(wanted) <= _arch_set(record.get("arch", "")):
+        if not _arch_set(wanted_arches()) <= _arch_set(record.get("arch", "")):
             return None
     return str(library)
 
