@@ -117,12 +117,22 @@ def nvcc_path() -> Optional[str]:
     return str(nvcc) if nvcc.exists() else None
 
 
-def cuda_unbuildable(config) -> Optional[str]:
-    """None if the CUDA kernels can be built here, else the reason they cannot."""
+def cuda_ruled_out(config) -> Optional[str]:
+    """Why the CUDA variant is out whatever the toolchain (switched off, or a torch without
+    CUDA), or None. :func:`build` asks only this before it looks for the package's CUDA
+    library, which needs no toolchain."""
     if not config.build_cuda:
         return "PYG_EDGEDOT_CUDA=0 is set"
     if torch.version.cuda is None:
         return "this torch build has no CUDA (torch.version.cuda is None)"
+    return None
+
+
+def cuda_unbuildable(config) -> Optional[str]:
+    """None if the CUDA kernels can be built here, else the reason they cannot."""
+    ruled_out = cuda_ruled_out(config)
+    if ruled_out is not None:
+        return ruled_out
     if nvcc_path() is None:
         return ("nvcc was not found (set CUDA_HOME to a CUDA toolkit matching "
                 f"torch.version.cuda={torch.version.cuda})")
@@ -390,12 +400,7 @@ def build(config, force: bool = False, show_log: bool = False) -> BuildResult:
         return BuildResult(cuda_error=reason, cpu_error=reason)
     start = time.time()
     csrc = find_csrc()
-    if not config.build_cuda:
-        cuda_error: Optional[str] = "PYG_EDGEDOT_CUDA=0 is set"
-    elif torch.version.cuda is None:
-        cuda_error = "this torch build has no CUDA (torch.version.cuda is None)"
-    else:
-        cuda_error = None
+    cuda_error = cuda_ruled_out(config)
     errors = {"cuda": cuda_error, "cpu": None}
     log_path = None
     for variant in (["cuda"] if cuda_error is None else []) + ["cpu"]:
