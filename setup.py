@@ -8,13 +8,13 @@ and copied into the package next to a record of its build key; the import loads 
 that key matches. A failed build does not fail the install: the first import then builds
 just in time, or falls back to pure PyTorch with one warning.
 
-Switches, read only here, while building: ``PYG_EDGEDOT_PREBUILD=0`` skips the install-time
-build; ``PYG_EDGEDOT_CUDA=0`` builds the CPU kernel only. Editable installs
-(``pip install -e .``) build nothing here: the first import builds from the checkout, and
-rebuilds when its sources change.
+Switches, read while building by ``pyg_edgedot/_config.py`` (loaded on its own, like
+``_build.py``, by the build backend's ``load_standalone``: importing the package would load
+the kernels): ``PYG_EDGEDOT_PREBUILD=0`` skips the install-time build;
+``PYG_EDGEDOT_CUDA=0`` builds the CPU kernel only. Editable installs (``pip install -e .``)
+build nothing here: the first import builds from the checkout, and rebuilds when its sources
+change.
 """
-import importlib.util
-import os
 import shutil
 import sys
 from pathlib import Path
@@ -24,18 +24,10 @@ from setuptools.command.build_py import build_py
 from setuptools.dist import Distribution
 
 ROOT = Path(__file__).resolve().parent
+sys.path.insert(0, str(ROOT / "build_backend"))  # imported already where pip runs this file
+from pyg_edgedot_build_backend import load_standalone  # noqa: E402
 
-
-def _standalone(name):
-    spec = importlib.util.spec_from_file_location(f"_pyg_edgedot_{name}",
-                                                  ROOT / "pyg_edgedot" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-CONFIG = _standalone("_config").Config.from_env()
+CONFIG = load_standalone("_config").Config.from_env()
 
 
 class BinaryDistribution(Distribution):
@@ -66,7 +58,7 @@ class BuildPyWithKernels(build_py):
                   "off?): not compiling the kernels now; the first import builds them",
                   file=sys.stderr)
             return
-        _standalone("_build").prebuild(package, package / "csrc", CONFIG)
+        load_standalone("_build").prebuild(package, package / "csrc", CONFIG)
 
 
 setup(distclass=BinaryDistribution, cmdclass={"build_py": BuildPyWithKernels})

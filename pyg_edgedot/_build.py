@@ -432,7 +432,10 @@ def build(config, force: bool = False, show_log: bool = False) -> BuildResult:
 
 def load_standalone(name: str):
     """Loads ``pyg_edgedot/<name>.py`` without importing the package (whose import loads the
-    kernels): for ``setup.py`` and for :func:`build_in_child`."""
+    kernels): for this file run as a script, by :func:`build_in_child`. ``setup.py`` and the
+    build backend load modules with ``build_backend/``'s loader of the same form instead:
+    they run where torch, which this module imports, may be missing, and that folder is not
+    installed."""
     import importlib.util
     spec = importlib.util.spec_from_file_location(f"_pyg_edgedot_{name}",
                                                   Path(__file__).with_name(f"{name}.py"))

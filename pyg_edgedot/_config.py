@@ -6,7 +6,8 @@ At import:
 * ``PYG_EDGEDOT_CUDA=0``: use (or build) the CPU kernel only; CUDA tensors take the Triton path.
 * ``PYG_EDGEDOT_TRITON=0``: never use the Triton kernels.
 
-While installing (read by ``setup.py`` only, like flash-attention's build switches):
+While installing (read through ``setup.py``, and ``PYG_EDGEDOT_PREBUILD`` through the build
+backend too, like flash-attention's build switches):
 
 * ``PYG_EDGEDOT_PREBUILD=0``: do not compile the kernels into the wheel; the first import
   builds them just in time instead.
@@ -18,7 +19,8 @@ x86-64 form) and
 (``csrc/cpu/row_dot.h``), the one place that acts on them.
 ``TORCH_CUDA_ARCH_LIST`` and ``TORCH_EXTENSIONS_DIR`` are torch's own, read by the loader.
 
-This module imports nothing from the package, so ``setup.py`` can load it on its own.
+This module imports nothing from the package, so ``setup.py`` and the build backend
+(``build_backend/``) can load it on their own.
 """
 import os
 from dataclasses import dataclass
