@@ -304,6 +304,18 @@ def check_op_args(op: str, features: Sequence[Tuple[str, Tensor]],
                              f"{grad_out.device})")
 
 
+def check_fake_devices(op: str, tensors: Sequence[Tuple[str, Tensor]]) -> None:
+    """A registered op's fake kernel: every tensor on the device of the first. A call that
+    mixes meta tensors with real ones dispatches to the fake kernel, which would otherwise
+    return uninitialized tensors for the real device; this raises ``RuntimeError`` instead,
+    as the kernels' own checks do."""
+    first_name, first = tensors[0]
+    for name, t in tensors[1:]:
+        torch._check(t.device == first.device,
+                     lambda: f"{op}: {name} must be on the device of {first_name} "
+                             f"(got {t.device} and {first.device})")
+
+
 def check_int64_vectors(op: str, tensors: Sequence[Tuple[str, Tensor]],
                         device: torch.device) -> None:
     """Tensors a registered op takes as 1-D int64 on ``device`` (a sampler's keys, CSR

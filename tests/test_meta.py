@@ -79,3 +79,32 @@ def test_ops_and_double_backward_on_meta():
                                      allow_unused=True)
         for grad, like in zip(grads + second, (x_src, x_dst, x_src, x_dst, rel)):
             assert grad is None or (grad.shape == like.shape and grad.device == META)
+
+
+def _mixed_meta_calls():
+    """Each registered op with one argument on the meta device and the rest on the CPU."""
+    ops = torch.ops.pyg_edgedot
+    x, rel, grad = torch.randn(6, 4), torch.randn(3, 4), torch.randn(9)
+    index, cand = torch.randint(0, 3, (9,)), torch.randint(0, 3, (9, 2))
+    meta = lambda t: t.to(META)  # noqa: E731
+    return [
+        ("edge_dot", lambda: ops.edge_dot(x, x, index, meta(index))),
+        ("edge_dot", lambda: ops.edge_dot(x, meta(x), index, index)),
+        ("edge_dot_grad", lambda: ops.edge_dot_grad(meta(grad), x, index, index, 6)),
+        ("edge_dot_pair_grad", lambda: ops.edge_dot_pair_grad(grad, x, x, meta(index), index)),
+        ("edge_dot_rel", lambda: ops.edge_dot_rel(x, x, meta(rel), index, index, index)),
+        ("edge_dot_rel_grad",
+         lambda: ops.edge_dot_rel_grad(grad, rel, x, index, index, meta(index), 6)),
+        ("score_candidates", lambda: ops.score_candidates(x, x, meta(index), meta(cand))),
+        ("rank_candidates", lambda: ops.rank_candidates(x, x, index, index, meta(cand))),
+    ]
+
+
+@pytest.mark.parametrize("op,call", _mixed_meta_calls(),
+                         ids=[f"{op}-{i}" for i, (op, _) in enumerate(_mixed_meta_calls())])
+def test_ops_mixing_meta_and_cpu_raise(op, call):
+    # Such a call dispatches to the fake kernel, which must not hand back uninitialized
+    # tensors on the CPU as if it had computed them.
+    with pytest.raises(RuntimeError, match=rf"^{op}: \w+ must be on the device of \w+ "
+                                           r"\(got (meta and cpu|cpu and meta)\)"):
+        call()

@@ -216,6 +216,9 @@ def fallback_impls() -> dict:
 def register_fake_and_autograd() -> None:
     @torch.library.register_fake("pyg_edgedot::score_candidates")
     def _score_candidates_fake(x_src, x_dst, src_index, cand_index):
+        _checks.check_fake_devices("score_candidates", [
+            ("x_src", x_src), ("x_dst", x_dst), ("src_index", src_index),
+            ("cand_index", cand_index)])
         torch._check(x_src.dim() == 2 and x_dst.dim() == 2)
         torch._check(src_index.dim() == 1 and cand_index.dim() == 2)
         torch._check(cand_index.shape[0] == src_index.shape[0])
@@ -224,6 +227,9 @@ def register_fake_and_autograd() -> None:
 
     @torch.library.register_fake("pyg_edgedot::rank_candidates")
     def _rank_candidates_fake(x_src, x_dst, src_index, pos_index, neg_index):
+        _checks.check_fake_devices("rank_candidates", [
+            ("x_src", x_src), ("x_dst", x_dst), ("src_index", src_index),
+            ("pos_index", pos_index), ("neg_index", neg_index)])
         torch._check(x_src.dim() == 2 and x_dst.dim() == 2)
         torch._check(src_index.dim() == 1 and pos_index.shape == src_index.shape)
         torch._check(neg_index.dim() == 2 and neg_index.shape[0] == src_index.shape[0])

@@ -178,6 +178,9 @@ def triton_impls() -> dict:
 def register_fake_and_autograd() -> None:
     @torch.library.register_fake("pyg_edgedot::edge_dot")
     def _edge_dot_fake(x_src, x_dst, src_index, dst_index, report_bad=True):
+        _checks.check_fake_devices("edge_dot", [("x_src", x_src), ("x_dst", x_dst),
+                                                ("src_index", src_index),
+                                                ("dst_index", dst_index)])
         torch._check(x_src.dim() == 2 and x_dst.dim() == 2)
         torch._check(src_index.dim() == 1 and dst_index.shape == src_index.shape)
         return (x_src.new_empty(src_index.shape),
@@ -185,11 +188,18 @@ def register_fake_and_autograd() -> None:
 
     @torch.library.register_fake("pyg_edgedot::edge_dot_grad")
     def _edge_dot_grad_fake(grad_out, x_gather, scatter_index, gather_index, num_rows):
+        _checks.check_fake_devices("edge_dot_grad", [("x_gather", x_gather),
+                                                     ("grad_out", grad_out),
+                                                     ("scatter_index", scatter_index),
+                                                     ("gather_index", gather_index)])
         torch._check(x_gather.dim() == 2)
         return x_gather.new_empty((num_rows, x_gather.shape[1]))
 
     @torch.library.register_fake("pyg_edgedot::edge_dot_pair_grad")
     def _edge_dot_pair_grad_fake(grad_out, x_src, x_dst, src_index, dst_index):
+        _checks.check_fake_devices("edge_dot_pair_grad", [
+            ("x_src", x_src), ("x_dst", x_dst), ("grad_out", grad_out),
+            ("src_index", src_index), ("dst_index", dst_index)])
         torch._check(x_src.dim() == 2 and x_dst.dim() == 2)
         return x_src.new_empty(x_src.shape), x_dst.new_empty(x_dst.shape)
 

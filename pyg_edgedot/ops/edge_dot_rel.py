@@ -77,6 +77,9 @@ def register_fake_and_autograd() -> None:
     @torch.library.register_fake("pyg_edgedot::edge_dot_rel")
     def _edge_dot_rel_fake(x_src, x_dst, rel, src_index, dst_index, rel_index,
                            report_bad=True):
+        _checks.check_fake_devices("edge_dot_rel", [
+            ("x_src", x_src), ("x_dst", x_dst), ("rel", rel), ("src_index", src_index),
+            ("dst_index", dst_index), ("rel_index", rel_index)])
         torch._check(x_src.dim() == 2 and x_dst.dim() == 2 and rel.dim() == 2)
         torch._check(src_index.dim() == 1 and dst_index.shape == src_index.shape)
         torch._check(rel_index.shape == src_index.shape)
@@ -86,6 +89,9 @@ def register_fake_and_autograd() -> None:
     @torch.library.register_fake("pyg_edgedot::edge_dot_rel_grad")
     def _edge_dot_rel_grad_fake(grad_out, x_a, x_b, scatter_index, a_index, b_index,
                                 num_rows):
+        _checks.check_fake_devices("edge_dot_rel_grad", [
+            ("x_b", x_b), ("x_a", x_a), ("grad_out", grad_out),
+            ("scatter_index", scatter_index), ("a_index", a_index), ("b_index", b_index)])
         torch._check(x_a.dim() == 2 and x_b.dim() == 2)
         return x_b.new_empty((num_rows, x_b.shape[1]))
 
