@@ -115,6 +115,7 @@ def check_relation(x_src: Tensor, num_edges: int, rel: Optional[Tensor],
                          "vectors too")
     if not isinstance(rel, Tensor):
         raise TypeError(f"{op}: rel must be a Tensor (got {type(rel).__name__})")
+    check_dense(op, "rel", rel)
     if rel.dim() == 1 and edge_type is None:
         rel = rel.unsqueeze(0)
     if rel.dim() != 2:

@@ -205,6 +205,13 @@ def _bad_rel_cases(device):
         ((x, x, ei, rel, t.float()), TypeError, "edge_type must be int64 or int32"),
         ((x, x, ei, rel, [0, 1, 2]), TypeError, "edge_type must be a Tensor"),
         ((x, x, ei, "rel", t), TypeError, "rel must be a Tensor"),
+        # Sparse and nested: named, not the dispatcher's "could not run" error.
+        ((x, x, ei, rel.to_sparse(), t), TypeError,
+         "rel must be a dense (strided) Tensor (got layout torch.sparse_coo)"),
+        ((x, x, ei, rel[0].to_sparse(), None), TypeError,
+         "rel must be a dense (strided) Tensor (got layout torch.sparse_coo)"),
+        ((x, x, ei, torch.nested.nested_tensor([rel[:1], rel[1:]]), t), TypeError,
+         "rel must be a dense (strided) Tensor (got a nested Tensor)"),
         ((x, x, ei, rel, torch.tensor([0, 3, 1], device=device)), IndexError,
          "edge_type holds an index out of range at edge 1: 3 (rel has 3 rows"),
         ((x, x, ei, rel, torch.tensor([0, -1, 1], device=device)), IndexError,
