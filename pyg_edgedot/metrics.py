@@ -49,10 +49,20 @@ def hits_at_k(rank: Tensor, k: int) -> Tensor:
         ValueError: ``k < 1``.
     """
     _checks.check_real("hits_at_k", "rank", rank)
-    # Capped: past int64 a Python int does not convert, and no rank comes near 2**62.
-    k = min(_checks.check_k("hits_at_k", k), 2 ** 62)
-    if not rank.is_floating_point():
+    k = _checks.check_k("hits_at_k", k)
+    if rank.is_floating_point():
+        # k would be compared in rank's dtype, where it may round up (259 is 260 in
+        # bfloat16, so a rank of 260 would count as a hit at k = 259): float16 and bfloat16
+        # ranks are compared in float32, which holds them exactly, and k is replaced by the
+        # largest float32 (float64) value at most k, which the comparison holds exactly.
+        if rank.dtype in (torch.float16, torch.bfloat16):
+            rank = rank.float()
+        if not isinstance(k, torch.SymInt):
+            k = _largest_float_at_most(k, rank.dtype)
+    else:
         rank = rank.long()  # k is compared in rank's dtype: 300 is 44 in uint8
+        # Capped: past int64 a Python int does not convert, and no rank comes near 2**62.
+        k = min(k, 2 ** 62)
     return (rank <= k).to(torch.float).mean()
 
 
@@ -97,3 +107,14 @@ def hits_at_k_shared(pos_score: Tensor, neg_score: Tensor, k: int) -> Tensor:
     common = torch.promote_types(pos.dtype, neg.dtype)
     kth_negative = torch.topk(neg, k).values[-1].to(device=pos.device, dtype=common)
     return (pos.to(common) > kth_negative).to(torch.float).mean()
+
+
+def _largest_float_at_most(k: int, dtype: torch.dtype) -> float:
+    """The largest float32 (or, for ``dtype`` float64, float64) value at most the int
+    ``k >= 1``: ``k`` with its bits past the significand's cleared. Integer arithmetic only,
+    so that ``torch.compile`` traces it as a constant."""
+    digits, max_exp = (53, 1024) if dtype == torch.float64 else (24, 128)
+    if k.bit_length() > max_exp:  # past the largest finite value
+        return float(((1 << digits) - 1) << (max_exp - digits))
+    shift = max(k.bit_length() - digits, 0)
+    return float((k >> shift) << shift)

@@ -501,6 +501,16 @@ def test_metrics_by_hand():
     assert hits_at_k(torch.tensor([3, 5], dtype=torch.int32), 2 ** 32 + 4).item() == 1.0
     assert hits_at_k(torch.tensor([3, 5], dtype=torch.int16), 4).item() == 0.5
     assert hits_at_k(torch.tensor([3.0, 5.0]), 2 ** 70).item() == 1.0
+    # float ranks against a k their dtype would round up: 259 is 260 in bfloat16, 2051 is
+    # 2052 in float16, 2**24 + 3 is 2**24 + 4 in float32; those ranks are misses
+    for value, below, dtype, k in ((260, 258, torch.bfloat16, 259),
+                                   (2052, 2050, torch.float16, 2051),
+                                   (2 ** 24 + 4, 2 ** 24, torch.float32, 2 ** 24 + 3),
+                                   (2 ** 60 + 256, 2 ** 60, torch.float64, 2 ** 60 + 255)):
+        rank = torch.tensor([value, below], dtype=torch.float64).to(dtype)
+        assert hits_at_k(rank, k).item() == 0.5, (dtype, k)
+        assert hits_at_k(rank, value).item() == 1.0, (dtype, value)
+    assert hits_at_k(torch.tensor([3.4e38, float("inf")]), 10 ** 400).item() == 0.5
 
 
 @pytest.mark.parametrize("device", DEVICES)
