@@ -966,6 +966,22 @@ def test_fallback_rank_equals_ogb_on_fallback_scores(dtype, device, gen):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_fallback_ops_check_each_index_shape(device, gen):
+    # The registered ops' fallback: a candidate matrix given as [N] (or a positive as
+    # [N, 1]) is named, as in the public functions, not an unpacking error.
+    x = randn(gen, 6, 4, device=device)
+    src = rand_index(gen, 6, (5,), torch.int64, device)
+    pos = rand_index(gen, 6, (5,), torch.int64, device)
+    neg = rand_index(gen, 6, (5, 3), torch.int64, device)
+    _expect(ValueError, "score_candidates", ["cand_index", "2-D [N, K]"],
+            lambda: fallback_score(x, x, src, pos))
+    _expect(ValueError, "rank_candidates", ["neg_index", "2-D [N, K]"],
+            lambda: fallback_rank(x, x, src, pos, pos))
+    _expect(ValueError, "rank_candidates", ["pos_index", "1-D [N]"],
+            lambda: fallback_rank(x, x, src, pos[:, None], neg))
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_fallback_out_of_range_across_chunks(device, gen, tiny_chunks):
     x_src = randn(gen, 8, 4, device=device)
     x_dst = randn(gen, 10, 4, device=device)

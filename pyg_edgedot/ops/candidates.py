@@ -152,10 +152,12 @@ def rank_candidates(x_src: Tensor, x_dst: Tensor, src_index: Tensor, pos_index: 
 # ---------------------------------------------------------------------------------------
 
 def _check_candidate_op_args(op, x_src, x_dst, src_index, *cand) -> None:
+    """``cand``: ``(name, index, shape)``, ``shape`` ``"[N]"`` or ``"[N, K]"``, the shape the
+    op's schema gives that argument."""
     _checks.check_op_args(op, [("x_src", x_src), ("x_dst", x_dst)], [("src_index", src_index)])
-    for name, index in cand:
-        _checks.check_candidate_index(op, index, name, "[N, K]" if index.dim() == 2 else "[N]",
-                                      x_src, src_index.size(0), like=src_index)
+    for name, index, shape in cand:
+        _checks.check_candidate_index(op, index, name, shape, x_src, src_index.size(0),
+                                      like=src_index)
 
 
 def _rows_per_chunk(num_cand: int, feat_dim: int) -> int:
@@ -167,7 +169,7 @@ def _fallback_score(x_src: Tensor, x_dst: Tensor, src_index: Tensor,
     """out[n, k] = sum_d x_src[src_index[n], d] * x_dst[cand_index[n, k], d], in chunks of
     rows, memory O(N * K + chunk * K * D). Returns ``(out, first_bad)``."""
     _check_candidate_op_args("score_candidates", x_src, x_dst, src_index,
-                             ("cand_index", cand_index))
+                             ("cand_index", cand_index, "[N, K]"))
     num_rows, num_cand = cand_index.shape
     out = torch.empty(num_rows, num_cand, dtype=x_src.dtype, device=x_src.device)
     first_bad = _chunked.new_first_bad(x_src)
@@ -186,7 +188,8 @@ def _fallback_rank(x_src: Tensor, x_dst: Tensor, src_index: Tensor, pos_index: T
     input dtype; NaN for a row with an index out of range; memory O(N + chunk * K * D).
     Returns ``(rank, first_bad)``."""
     _check_candidate_op_args("rank_candidates", x_src, x_dst, src_index,
-                             ("pos_index", pos_index), ("neg_index", neg_index))
+                             ("pos_index", pos_index, "[N]"),
+                             ("neg_index", neg_index, "[N, K]"))
     num_rows, num_cand = neg_index.shape
     rank = torch.empty(num_rows, dtype=torch.float32, device=x_src.device)
     first_bad = _chunked.new_first_bad(x_src)
