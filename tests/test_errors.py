@@ -48,6 +48,10 @@ def test_type_errors(device, gen):
             lambda: edge_dot(x_src, x_dst, ei.to_sparse()))
     nested = torch.nested.nested_tensor([x_src[:2], x_src[2:5]])
     _expect(TypeError, "edge_dot", ["x_src", "nested"], lambda: edge_dot(nested, x_dst, ei))
+    # validate is a bool: None (or 0) would skip the index check silently, "no" would not.
+    for value in (None, 0, 1, "no"):
+        _expect(TypeError, "edge_dot", ["validate", "bool"],
+                lambda: edge_dot(x_src, x_dst, ei, validate=value))
 
 
 @pytest.mark.parametrize("device", DEVICES)

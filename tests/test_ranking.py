@@ -695,6 +695,12 @@ def test_type_errors(device, gen):
         _expect(TypeError, op, ["src_index"], lambda: fn(x_src, x_dst, src.tolist(), cand))
         _expect(TypeError, op, ["src_index"],
                 lambda: fn(x_src, x_dst, src.to(torch.int16), cand.to(torch.int16)))
+    # validate is a bool: None (or 0) would skip the index check silently.
+    for value in (None, 0, "no"):
+        _expect(TypeError, sc, ["validate", "bool"],
+                lambda: score_candidates(x_src, x_dst, src, cand, validate=value))
+        _expect(TypeError, rc, ["validate", "bool"],
+                lambda: rank_candidates(x_src, x_dst, src, pos, cand, validate=value))
     _expect(TypeError, sc, ["cand_index"], lambda: score_candidates(x_src, x_dst, src, cand.float()))
     _expect(TypeError, sc, ["cand_index"],
             lambda: score_candidates(x_src, x_dst, src, np.zeros((9, 3), dtype=np.int64)))

@@ -73,6 +73,7 @@ def score_candidates(x_src: Tensor, x_dst: Tensor, src_index: Tensor, cand_index
     _checks.check_candidate_index(op, src_index, "src_index", "[N]", x_src)
     _checks.check_candidate_index(op, cand_index, "cand_index", "[N, K]", x_src,
                                   src_index.size(0), like=src_index)
+    _checks.check_bool(op, "validate", validate)
     out, first_bad = _dispatch.call(torch.ops.pyg_edgedot.score_candidates, (x_src, x_dst),
                                     x_src, x_dst, src_index, cand_index)
     num_src, num_dst = x_src.size(0), x_dst.size(0)
@@ -135,6 +136,7 @@ def rank_candidates(x_src: Tensor, x_dst: Tensor, src_index: Tensor, pos_index: 
                                   like=src_index)
     _checks.check_candidate_index(op, neg_index, "neg_index", "[N, K]", x_src, num_rows,
                                   like=src_index)
+    _checks.check_bool(op, "validate", validate)
     rank, first_bad = torch.ops.pyg_edgedot.rank_candidates(
         x_src.detach(), x_dst.detach(), src_index, pos_index, neg_index)
     num_src, num_dst = x_src.size(0), x_dst.size(0)
