@@ -60,9 +60,12 @@ def hits_at_k(rank: Tensor, k: int) -> Tensor:
         if not isinstance(k, torch.SymInt):
             k = _largest_float_at_most(k, rank.dtype)
     else:
+        wraps = rank.dtype == torch.uint64  # a rank past 2**63 turns negative in int64
         rank = rank.long()  # k is compared in rank's dtype: 300 is 44 in uint8
         # Capped: past int64 a Python int does not convert, and no rank comes near 2**62.
         k = min(k, 2 ** 62)
+        if wraps:
+            return ((rank <= k) & (rank >= 0)).to(torch.float).mean()
     return (rank <= k).to(torch.float).mean()
 
 

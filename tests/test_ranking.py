@@ -500,6 +500,8 @@ def test_metrics_by_hand():
     assert hits_at_k(torch.tensor([200, 250], dtype=torch.uint8), 300).item() == 1.0
     assert hits_at_k(torch.tensor([3, 5], dtype=torch.int32), 2 ** 32 + 4).item() == 1.0
     assert hits_at_k(torch.tensor([3, 5], dtype=torch.int16), 4).item() == 0.5
+    assert hits_at_k(torch.tensor([3, 2 ** 63, 2 ** 64 - 1], dtype=torch.uint64), 5).item() == \
+        pytest.approx(1 / 3)
     assert hits_at_k(torch.tensor([3.0, 5.0]), 2 ** 70).item() == 1.0
     # float ranks against a k their dtype would round up: 259 is 260 in bfloat16, 2051 is
     # 2052 in float16, 2**24 + 3 is 2**24 + 4 in float32; those ranks are misses
