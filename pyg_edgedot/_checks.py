@@ -63,6 +63,13 @@ def check_features(x_src: Tensor, x_dst: Tensor, op: str) -> None:
     check_alike(op, "x_src", x_src, "x_dst", x_dst)
 
 
+def check_embeddings(op: str, name: str, z: object) -> None:
+    """A module's one feature tensor for both sides (``InnerProductDecoder``'s ``z``), checked
+    under its own name before :func:`check_features` would call it ``x_src``."""
+    check_tensor(op, name, z, 2, "2-D [num_nodes, feat_dim]", FLOAT_DTYPES,
+                 "float32, float64, float16 or bfloat16")
+
+
 def check_alike(op: str, a_name: str, a: Tensor, b_name: str, b: Tensor) -> None:
     """Two 2-D float tensors of one dtype, device and feature dimension."""
     if a.dtype != b.dtype:

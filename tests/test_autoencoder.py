@@ -12,7 +12,7 @@ from torch_geometric.nn.models import InnerProductDecoder as PyGInnerProductDeco
 from torch_geometric.transforms import RandomLinkSplit
 
 from pyg_edgedot import InnerProductDecoder
-from _helpers import DEVICES, leaf, randn, random_edge_index
+from _helpers import DEVICES, _expect, leaf, randn, random_edge_index
 
 
 # ---- PyG's test_autoencoder.py, with decoder=InnerProductDecoder() --------------------------
@@ -123,6 +123,18 @@ def test_matches_pyg_decoder(sigmoid, device, gen):
     # PyG's positional form, decoder(z, edge_index, sigmoid), and the default (sigmoid=True).
     torch.testing.assert_close(ours(z, ei, sigmoid), pyg(z, ei, sigmoid))
     torch.testing.assert_close(ours(z, ei), pyg(z, ei))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_bad_z_is_named_z(device, gen):
+    # The message names the decoder's argument, z, not edge_dot's x_src.
+    z = randn(gen, 6, 4, device=device)
+    ei = random_edge_index(gen, 6, 6, 9, torch.int64, device)
+    decoder = InnerProductDecoder()
+    for bad, exc in (((z, z), TypeError), (z.tolist(), TypeError), (z.long(), TypeError),
+                     (z[:, 0], ValueError), (z[None], ValueError)):
+        _expect(exc, "InnerProductDecoder", ["z"], lambda: decoder(bad, ei))
+    _expect(TypeError, "edge_dot", ["edge_index"], lambda: decoder(z, ei.float()))
 
 
 @pytest.mark.parametrize("device", DEVICES)
