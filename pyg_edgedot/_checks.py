@@ -22,6 +22,7 @@ from typing import Callable, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor
+from torch.autograd import forward_ad
 
 FLOAT_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 INDEX_DTYPES = (torch.int64, torch.int32)
@@ -244,6 +245,22 @@ def check_real(op: str, name: str, values: Tensor) -> None:
     check_dense(op, name, values)
     if values.dtype == torch.bool or values.is_complex():
         raise TypeError(f"{op}: {name} must hold real numbers (got {values.dtype})")
+
+
+def check_no_forward_ad(op: str, inputs: Sequence[Tuple[str, object]]) -> None:
+    """Forward-mode AD (``torch.func.jvp``, ``jacfwd``, ``torch.autograd.forward_ad`` dual
+    tensors) of the differentiable ``inputs``: the ops register backward formulas only
+    (``torch.library`` has no forward-mode rule for them), and PyTorch would drop the
+    tangents without a word, giving an output with no tangent (a zero derivative). A dual
+    input is refused instead. One global read while no dual level is open."""
+    if forward_ad._current_level < 0:
+        return
+    for name, value in inputs:
+        if isinstance(value, Tensor) and forward_ad.unpack_dual(value).tangent is not None:
+            raise NotImplementedError(
+                f"{op}: forward-mode AD is not supported ({name} has a tangent, from "
+                f"torch.func.jvp, jacfwd or torch.autograd.forward_ad); the tangent would be "
+                f"dropped. Use reverse mode (backward, torch.autograd.grad)")
 
 
 def check_k(op: str, k, minimum: int = 1, int64: bool = False):

@@ -464,3 +464,34 @@ def test_cuda_w1_forward_backward_activities(gen):
     assert sum("edge_dot_fwd_small_kernel" in n for n in names) == 1, names
     assert sum("edge_dot_grad_small_fused" in n for n in names) == 1, names
     assert all(torch.equal(a, b) for a, b in zip(step(), first))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_forward_mode_ad_is_refused(device, gen):
+    # The ops have backward formulas only: a tangent would be dropped without a word (a zero
+    # derivative), so forward-mode AD raises instead. Reverse mode is unaffected.
+    from torch.autograd import forward_ad
+    from torch.func import jacfwd, jvp
+
+    from pyg_edgedot import score_candidates
+
+    x = randn(gen, 6, 4, dtype=torch.float64, device=device)
+    rel = randn(gen, 4, dtype=torch.float64, device=device)
+    ei = random_edge_index(gen, 6, 6, 9, torch.int64, device)
+    calls = [("edge_dot", "x_src", lambda x: edge_dot(x, x, ei)),
+             ("edge_dot", "x_dst", lambda x: edge_dot(x.detach(), x, ei)),
+             ("edge_dot", "rel", lambda r: edge_dot(x, x, ei, r)),
+             ("score_candidates", "x_src",
+              lambda x: score_candidates(x, x, ei[0], ei[1].view(-1, 1)))]
+    for op, name, fn in calls:
+        primal = rel if name == "rel" else x
+        for run in (lambda: jvp(fn, (primal,), (torch.ones_like(primal),)),
+                    lambda: jacfwd(fn)(primal)):
+            with pytest.raises(NotImplementedError, match=rf"^{op}: forward-mode AD .*{name}"):
+                run()
+        with forward_ad.dual_level():
+            dual = forward_ad.make_dual(primal, torch.ones_like(primal))
+            with pytest.raises(NotImplementedError, match=rf"^{op}: forward-mode AD .*{name}"):
+                fn(dual)
+            # Inside a dual level, inputs without a tangent still work.
+            assert_close(edge_dot(x, x, ei), ref_edge_dot(x, x, ei), torch.float64)

@@ -74,6 +74,7 @@ def score_candidates(x_src: Tensor, x_dst: Tensor, src_index: Tensor, cand_index
     _checks.check_candidate_index(op, cand_index, "cand_index", "[N, K]", x_src,
                                   src_index.size(0), like=src_index)
     _checks.check_bool(op, "validate", validate)
+    _checks.check_no_forward_ad(op, [("x_src", x_src), ("x_dst", x_dst)])
     out, first_bad = _dispatch.call(torch.ops.pyg_edgedot.score_candidates, (x_src, x_dst),
                                     x_src, x_dst, src_index, cand_index)
     num_src, num_dst = x_src.size(0), x_dst.size(0)

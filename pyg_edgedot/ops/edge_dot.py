@@ -78,6 +78,7 @@ def edge_dot(x_src: Tensor, x_dst: Tensor, edge_index: Tensor, rel: Optional[Ten
     edge_index = _checks.check_edge_index(x_src, edge_index, NAME)
     # Not just truthy: validate=None would skip the index check without a word.
     _checks.check_bool(NAME, "validate", validate)
+    _checks.check_no_forward_ad(NAME, [("x_src", x_src), ("x_dst", x_dst), ("rel", rel)])
     if rel is not None or edge_type is not None:
         return edge_dot_rel(x_src, x_dst, edge_index, rel, edge_type, validate)
     src_index, dst_index = edge_index[0], edge_index[1]
