@@ -50,8 +50,11 @@ class EdgeDotLoss(torch.nn.Module):
         self.loss, self.reduction = loss, reduction
         _checks.check_sampler("EdgeDotLoss", sampler)
         self.sampler, self.num_nodes = sampler, num_nodes
-        if sampler is not None and negatives == "structured":
-            sampler._source_rows()  # built once here, not inside a compiled forward
+        if sampler is not None:
+            # built once here, not inside a compiled forward
+            if negatives == "structured":
+                sampler._source_rows()
+            sampler._directed.adj_index()
 
     def forward(self, x: Union[Tensor, Tuple[Tensor, Tensor]], edge_label_index: Tensor,
                 seed: Optional[Union[int, Tensor]] = None) -> Tensor:

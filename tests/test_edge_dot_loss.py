@@ -592,6 +592,34 @@ def test_compile_fullgraph(backend, gen, fresh_dynamo):
     assert torch.allclose(compiled[1], eager[1], rtol=1e-10, atol=1e-14)
 
 
+@pytest.mark.parametrize("negatives", ["structured", "uniform"])
+@pytest.mark.parametrize("form", ["module", "function"])
+def test_compile_fullgraph_before_any_eager_call(form, negatives, gen, fresh_dynamo):
+    # A sampler not drawn from yet keeps no row pointer or bucket index: the first call is the
+    # compiled one, which must trace without building them on the sampler.
+    x, _, positives, _ = _problem(gen, "homogeneous", torch.float64, torch.int64, "cpu")
+    graph = _graph(gen, x.size(0), x.size(0), 150, torch.int64, "cpu")
+
+    def run(compile_it):
+        sampler = NegativeSampler(graph, x.size(0))
+        if form == "module":
+            fn = EdgeDotLoss(num_negatives=3, negatives=negatives, sampler=sampler)
+        else:
+            def fn(z, edges, seed):
+                return edge_dot_loss(z, z, edges, num_negatives=3, negatives=negatives,
+                                     sampler=sampler, seed=seed)
+        if compile_it:
+            fn = torch.compile(fn, fullgraph=True, backend="aot_eager")
+        z = leaf(x)
+        out = fn(z, positives, seed=17)
+        out.backward()
+        return out.detach(), z.grad
+
+    compiled, eager = run(True), run(False)
+    assert torch.allclose(compiled[0], eager[0], rtol=1e-12, atol=0)
+    assert torch.allclose(compiled[1], eager[1], rtol=1e-10, atol=1e-14)
+
+
 # The sampler's kept bucket index (negative_sample_index, passed as adj_index; the kernels
 # build one per call without it): the same bits as the index built per call, its checks, and
 # no read outside adj whatever its values.

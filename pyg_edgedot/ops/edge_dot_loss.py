@@ -165,8 +165,18 @@ def _space_of(op: str, device: torch.device, nodes: Tuple[int, int], src_index: 
     if sampler is None:
         return _Space(seed, empty, empty, num_negatives, num_src, num_dst, True, structured)
     space = sampler._directed
+    if torch.compiler.is_compiling():
+        # A sampler not drawn from yet has no row pointer or bucket index to pass: a traced
+        # graph cannot build and keep them on it, so it computes the row pointer in the graph
+        # and passes no index (the kernels then build one per call; the same negatives).
+        row_ptr = empty
+        if structured:
+            row_ptr = (sampler._row_ptr if sampler._row_ptr is not None
+                       else sampler._row_pointer())
+        return _Space(seed, space.adj, row_ptr, num_negatives, num_src, num_dst,
+                      space.mode == _DIRECTED, structured, space._adj_index)
     row_ptr = sampler._source_rows() if structured else empty
-    if structured and validate and not torch.compiler.is_compiling():
+    if structured and validate:
         # [N_src] per call would cost more than a small batch: once per sampler, then only
         # where some source has no negative
         if sampler not in _ALL_SOURCES_FEASIBLE:
