@@ -673,6 +673,31 @@ EXCLUDED_KEYS_CASES = [(0, 0), (0, 5), (6, 0), (1, 1), (1, 9), (7, 1), (1000, 37
                        (5000, 2 ** 40), (70_000, 10 ** 9), (300, 2 ** 62 - 1)]
 
 
+_ADJ = torch.tensor([1, 1, 2])
+
+
+@pytest.mark.parametrize("call, error, match", [
+    (lambda: ns_mod._negative_sample_fallback(_ADJ, 5, 10, 1, False, "directed", 3, 3, torch.long), ValueError, r"num_ranks \+ len\(excluded_adj\) must be"),
+    (lambda: ns_mod._negative_sample_fallback(_ADJ, 6, 10, 1, False, "directed", 3, 3, torch.long), ValueError, "cannot draw 10 distinct keys from 6"),
+    (lambda: ns_mod._negative_sample_fallback(_ADJ, 6, -1, 1, False, "directed", 3, 3, torch.long), ValueError, "count must be >= 0"),
+    (lambda: ns_mod._negative_sample_fallback(_ADJ, 6, 1, 1, False, "bogus", 3, 3, torch.long), ValueError, "mode must be"),
+    (lambda: ns_mod._negative_sample_fallback(_ADJ, 6, 1, 1, False, "directed", 3, 3, torch.float), TypeError, "dtype must be int32 or int64"),
+    (lambda: ns_mod._negative_sample_fallback(_ADJ.int(), 6, 1, 1, False, "directed", 3, 3, torch.long), ValueError, "excluded_adj must be 1-D int64"),
+    (lambda: ns_mod._negative_sample_fallback(_ADJ[:0], 5, 5, 1, True, "undirected", -3, -3, torch.long), ValueError, "num_src_nodes and num_dst_nodes must be >= 0"),
+    (lambda: ns_mod._negative_sample_index_fallback(_ADJ, -7), ValueError, "num_ranks must be >= 0"),
+    (lambda: ns_mod._excluded_keys_fallback(_ADJ, -1), ValueError, "key_bound must be in"),
+    (lambda: ns_mod._excluded_keys_fallback(_ADJ.int(), 10), ValueError, "keys must be 1-D int64"),
+    (lambda: ns_mod._excluded_edge_keys_fallback(GOOD.float(), "directed", 4, 4), ValueError, r"edge_index must be a \[2, E\] int32 or int64"),
+    (lambda: ns_mod._excluded_edge_keys_fallback(GOOD, "bogus", 4, 4), ValueError, "mode must be"),
+    (lambda: ns_mod._excluded_edge_keys_fallback(GOOD, "undirected", 4, 2), ValueError, "equal unless mode is 'directed'"),
+    (lambda: ns_mod._excluded_edge_keys_fallback(GOOD, "directed", 2 ** 40, 2 ** 40), ValueError, "2\\*\\*62 keys or more"),
+])
+def test_fallback_op_checks(call, error, match):
+    # the pure-PyTorch ops refuse what the kernels refuse (for direct callers of torch.ops)
+    with pytest.raises(error, match=match):
+        call()
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("impl", ["op", "fallback"])
 @pytest.mark.parametrize("n, key_bound", EXCLUDED_KEYS_CASES)

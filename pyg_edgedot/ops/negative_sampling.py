@@ -154,6 +154,9 @@ def _decode(mode: str, key: Tensor, n_src, n_dst) -> Tuple[Tensor, Tensor]:
 def _excluded_keys_fallback(keys: Tensor, key_bound: int) -> Tuple[Tensor, Tensor]:
     """The op ``excluded_keys`` in PyTorch ops: the sorted distinct keys below key_bound and
     their adj_i = e_i - i."""
+    _checks.check_int64_vectors("excluded_keys", [("keys", keys)], keys.device)
+    if not 0 <= key_bound < _checks.MAX_KEYS:
+        raise ValueError(f"excluded_keys: key_bound must be in [0, 2**62) (got {key_bound})")
     keys = torch.unique(keys)
     keys = keys[: int(torch.searchsorted(keys, key_bound))]
     return keys, keys - torch.arange(keys.numel(), device=keys.device)
@@ -164,6 +167,12 @@ def _excluded_edge_keys_fallback(edge_index: Tensor, mode: str, num_src_nodes: i
     """The op ``excluded_edge_keys`` in PyTorch ops: ``excluded_keys`` of the edges' keys, a
     column out of range dropped and the first one in ``first_bad`` ([1] on the CPU, -1:
     none)."""
+    op = "excluded_edge_keys"
+    if (edge_index.dim() != 2 or edge_index.size(0) != 2
+            or edge_index.dtype not in _checks.INDEX_DTYPES):
+        raise ValueError(f"{op}: edge_index must be a [2, E] int32 or int64 tensor (got shape "
+                         f"{tuple(edge_index.shape)}, {edge_index.dtype})")
+    _checks.check_sampling_op_args(op, mode, num_src_nodes, num_dst_nodes)
     src, dst = edge_index[0].long(), edge_index[1].long()
     bad = ~(_chunked.in_range(src, num_src_nodes) & _chunked.in_range(dst, num_dst_nodes))
     key_bound = _num_keys(mode, num_src_nodes, num_dst_nodes)
@@ -366,6 +375,8 @@ def _negative_sample_fallback(excluded_adj: Tensor, num_ranks: int, count: int, 
     from a torch generator seeded with ``seed`` (not the kernels' counter-based generator:
     the same distribution, other draws). It searches ``excluded_adj`` with
     ``torch.searchsorted`` and takes no index (``adj_index`` is ignored)."""
+    _checks.check_negative_sample_op_args(excluded_adj, num_ranks, count, replace, mode,
+                                          num_src_nodes, num_dst_nodes, dtype, first_round)
     generator = torch.Generator(device=excluded_adj.device)
     generator.manual_seed(seed)
     keys = _draw_keys(excluded_adj, num_ranks, count, replace, generator, first_round)
@@ -381,6 +392,10 @@ def _negative_sample(*args, **kwargs) -> Tensor:
 def _negative_sample_index_fallback(excluded_adj: Tensor, num_ranks: int) -> Tensor:
     """``negative_sample_index`` where the fallback serves: its draw and the composite loss
     search no index, so ``[0]``."""
+    _checks.check_int64_vectors("negative_sample_index", [("excluded_adj", excluded_adj)],
+                                excluded_adj.device)
+    if num_ranks < 0:
+        raise ValueError(f"negative_sample_index: num_ranks must be >= 0 (got {num_ranks})")
     return excluded_adj.new_empty(0)
 
 
