@@ -565,6 +565,31 @@ def test_second_derivatives_refused(device, gen, request):
     assert torch.equal(g.detach(), g1)
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_forward_mode_ad_refused(device, gen):
+    # The loss has a backward formula only: a tangent would be dropped without a word (a zero
+    # derivative), so forward-mode AD raises instead.
+    from torch.autograd import forward_ad
+    from torch.func import jvp
+
+    x_src, x_dst, positives, sampler = _problem(gen, "bipartite", torch.float64, torch.int64,
+                                                device, num_edges=12, feat_dim=3)
+    calls = [("x_src", lambda a: edge_dot_loss(a, x_dst, positives, sampler=sampler, seed=5)),
+             ("x_dst", lambda a: edge_dot_loss(x_src, a, positives, sampler=sampler, seed=5))]
+    for name, fn in calls:
+        primal = x_src if name == "x_src" else x_dst
+        with pytest.raises(NotImplementedError,
+                           match=rf"^edge_dot_loss: forward-mode AD .*{name}"):
+            jvp(fn, (primal,), (torch.ones_like(primal),))
+        with forward_ad.dual_level():
+            dual = forward_ad.make_dual(primal, torch.ones_like(primal))
+            with pytest.raises(NotImplementedError,
+                               match=rf"^edge_dot_loss: forward-mode AD .*{name}"):
+                fn(dual)
+            # inside a dual level, inputs without a tangent still work
+            assert torch.equal(fn(primal), fn(primal.clone()))
+
+
 class _Model(torch.nn.Module):
     def __init__(self, feat_dim, sampler):
         super().__init__()
@@ -734,6 +759,9 @@ def test_bad_arguments(gen):
         (dict(seed=torch.tensor([1, 2])), ValueError, "seed as a Tensor must be 0-dim int64"),
         (dict(sampler="graph"), TypeError, "sampler must be a pyg_edgedot.NegativeSampler"),
         (dict(num_nodes=(100, 5)), ValueError, "num_nodes=(100, 5) must be >= 1 and at most"),
+        # not just truthy: validate=None would skip the index check without a word
+        (dict(validate=None), TypeError, "validate must be a bool"),
+        (dict(validate=0), TypeError, "validate must be a bool"),
         (dict(sampler=sampler, num_nodes=3), ValueError, "num_nodes=3 disagrees with the sampler"),
     ]
     for kwargs, error, message in cases:

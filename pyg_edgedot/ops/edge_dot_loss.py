@@ -272,6 +272,9 @@ def edge_dot_loss(x_src: Tensor, x_dst: Tensor, edge_index: Tensor, *, num_negat
     op = NAME
     _checks.check_features(x_src, x_dst, op)
     edge_index = _checks.check_edge_index(x_src, edge_index, op)
+    # Not just truthy: validate=None would skip the index check without a word.
+    _checks.check_bool(op, "validate", validate)
+    _checks.check_no_forward_ad(op, [("x_src", x_src), ("x_dst", x_dst)])
     num_negatives = _checks.check_loss_options(op, num_negatives, negatives=negatives,
                                                loss=loss, reduction=reduction)
     src_index, dst_index = edge_index[0], edge_index[1]
