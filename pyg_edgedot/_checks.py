@@ -746,32 +746,32 @@ def sampling_batch(op: str, batch, device: torch.device) -> Tuple[List[Tensor], 
     return batches, names
 
 
+# The sampling ops' key spaces (``ops.negative_sampling`` names its modes from here).
 SAMPLING_MODES = ("directed", "no_loops", "undirected")
 
 
-def check_sampling_op_args(op: str, mode: str, num_src: int, num_dst: int) -> int:
+def check_sampling_op_args(op: str, mode: str, num_src: int, num_dst: int,
+                           num_keys: int) -> None:
     """The sampling ops' key space, for direct callers of their pure-PyTorch implementations
     (the C++ and CUDA kernels check the same): ``mode`` one of :data:`SAMPLING_MODES`, node
-    counts >= 0 (equal unless ``"directed"``) giving fewer than 2**62 keys. Returns the number
-    of keys."""
+    counts >= 0 (equal unless ``"directed"``) giving ``num_keys`` (the caller's count of
+    ``mode``'s keys) below 2**62."""
     if mode not in SAMPLING_MODES:
         raise ValueError(f"{op}: mode must be 'directed', 'no_loops' or 'undirected' "
                          f"(got {mode!r})")
     if num_src < 0 or num_dst < 0 or (mode != "directed" and num_src != num_dst):
         raise ValueError(f"{op}: num_src_nodes and num_dst_nodes must be >= 0, and equal "
                          f"unless mode is 'directed' (got {num_src}, {num_dst})")
-    keys = (num_src * (num_src - 1) // 2 if mode == "undirected"
-            else num_src * (num_dst - 1 if mode == "no_loops" else num_dst))
-    if keys >= MAX_KEYS:
+    if num_keys >= MAX_KEYS:
         raise ValueError(f"{op}: {num_src} x {num_dst} nodes give 2**62 keys or more")
-    return keys
 
 
 def check_negative_sample_op_args(excluded_adj: Tensor, num_ranks: int, count: int,
                                   replace: bool, mode: str, num_src: int, num_dst: int,
-                                  dtype: torch.dtype, first_round: int) -> None:
+                                  num_keys: int, dtype: torch.dtype, first_round: int) -> None:
     """``negative_sample``'s arguments, for direct callers of its pure-PyTorch implementation
-    (metadata only, as the kernels' checks)."""
+    (metadata only, as the kernels' checks); ``num_keys`` as in
+    :func:`check_sampling_op_args`."""
     op = "negative_sample"
     check_int64_vectors(op, [("excluded_adj", excluded_adj)], excluded_adj.device)
     if dtype not in INDEX_DTYPES:
@@ -779,8 +779,8 @@ def check_negative_sample_op_args(excluded_adj: Tensor, num_ranks: int, count: i
     if num_ranks < 0 or count < 0 or first_round < -1:
         raise ValueError(f"{op}: num_ranks and count must be >= 0 and first_round >= -1 "
                          f"(got {num_ranks}, {count}, {first_round})")
-    keys = check_sampling_op_args(op, mode, num_src, num_dst)
-    if num_ranks + excluded_adj.numel() != keys:
+    check_sampling_op_args(op, mode, num_src, num_dst, num_keys)
+    if num_ranks + excluded_adj.numel() != num_keys:
         raise ValueError(f"{op}: num_ranks + len(excluded_adj) must be the number of {mode} "
                          f"keys of {num_src} x {num_dst} nodes (got {num_ranks} + "
                          f"{excluded_adj.numel()})")

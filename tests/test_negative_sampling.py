@@ -676,21 +676,36 @@ EXCLUDED_KEYS_CASES = [(0, 0), (0, 5), (6, 0), (1, 1), (1, 9), (7, 1), (1000, 37
 _ADJ = torch.tensor([1, 1, 2])
 
 
+def _draw(adj=_ADJ, num_ranks=6, count=1, replace=False, mode="directed", n=3,
+          dtype=torch.long):
+    """The pure-PyTorch ``negative_sample`` on ``n`` x ``n`` nodes (seed 1)."""
+    return ns_mod._negative_sample_fallback(adj, num_ranks, count, 1, replace, mode, n, n,
+                                            dtype)
+
+
 @pytest.mark.parametrize("call, error, match", [
-    (lambda: ns_mod._negative_sample_fallback(_ADJ, 5, 10, 1, False, "directed", 3, 3, torch.long), ValueError, r"num_ranks \+ len\(excluded_adj\) must be"),
-    (lambda: ns_mod._negative_sample_fallback(_ADJ, 6, 10, 1, False, "directed", 3, 3, torch.long), ValueError, "cannot draw 10 distinct keys from 6"),
-    (lambda: ns_mod._negative_sample_fallback(_ADJ, 6, -1, 1, False, "directed", 3, 3, torch.long), ValueError, "count must be >= 0"),
-    (lambda: ns_mod._negative_sample_fallback(_ADJ, 6, 1, 1, False, "bogus", 3, 3, torch.long), ValueError, "mode must be"),
-    (lambda: ns_mod._negative_sample_fallback(_ADJ, 6, 1, 1, False, "directed", 3, 3, torch.float), TypeError, "dtype must be int32 or int64"),
-    (lambda: ns_mod._negative_sample_fallback(_ADJ.int(), 6, 1, 1, False, "directed", 3, 3, torch.long), ValueError, "excluded_adj must be 1-D int64"),
-    (lambda: ns_mod._negative_sample_fallback(_ADJ[:0], 5, 5, 1, True, "undirected", -3, -3, torch.long), ValueError, "num_src_nodes and num_dst_nodes must be >= 0"),
-    (lambda: ns_mod._negative_sample_index_fallback(_ADJ, -7), ValueError, "num_ranks must be >= 0"),
+    (lambda: _draw(num_ranks=5, count=10), ValueError,
+     r"num_ranks \+ len\(excluded_adj\) must be"),
+    (lambda: _draw(count=10), ValueError, "cannot draw 10 distinct keys from 6"),
+    (lambda: _draw(count=-1), ValueError, "count must be >= 0"),
+    (lambda: _draw(mode="bogus"), ValueError, "mode must be"),
+    (lambda: _draw(dtype=torch.float), TypeError, "dtype must be int32 or int64"),
+    (lambda: _draw(adj=_ADJ.int()), ValueError, "excluded_adj must be 1-D int64"),
+    (lambda: _draw(adj=_ADJ[:0], num_ranks=5, count=5, replace=True, mode="undirected", n=-3),
+     ValueError, "num_src_nodes and num_dst_nodes must be >= 0"),
+    (lambda: ns_mod._negative_sample_index_fallback(_ADJ, -7), ValueError,
+     "num_ranks must be >= 0"),
     (lambda: ns_mod._excluded_keys_fallback(_ADJ, -1), ValueError, "key_bound must be in"),
-    (lambda: ns_mod._excluded_keys_fallback(_ADJ.int(), 10), ValueError, "keys must be 1-D int64"),
-    (lambda: ns_mod._excluded_edge_keys_fallback(GOOD.float(), "directed", 4, 4), ValueError, r"edge_index must be a \[2, E\] int32 or int64"),
-    (lambda: ns_mod._excluded_edge_keys_fallback(GOOD, "bogus", 4, 4), ValueError, "mode must be"),
-    (lambda: ns_mod._excluded_edge_keys_fallback(GOOD, "undirected", 4, 2), ValueError, "equal unless mode is 'directed'"),
-    (lambda: ns_mod._excluded_edge_keys_fallback(GOOD, "directed", 2 ** 40, 2 ** 40), ValueError, "2\\*\\*62 keys or more"),
+    (lambda: ns_mod._excluded_keys_fallback(_ADJ.int(), 10), ValueError,
+     "keys must be 1-D int64"),
+    (lambda: ns_mod._excluded_edge_keys_fallback(GOOD.float(), "directed", 4, 4), ValueError,
+     r"edge_index must be a \[2, E\] int32 or int64"),
+    (lambda: ns_mod._excluded_edge_keys_fallback(GOOD, "bogus", 4, 4), ValueError,
+     "mode must be"),
+    (lambda: ns_mod._excluded_edge_keys_fallback(GOOD, "undirected", 4, 2), ValueError,
+     "equal unless mode is 'directed'"),
+    (lambda: ns_mod._excluded_edge_keys_fallback(GOOD, "directed", 2 ** 40, 2 ** 40),
+     ValueError, "2\\*\\*62 keys or more"),
 ])
 def test_fallback_op_checks(call, error, match):
     # the pure-PyTorch ops refuse what the kernels refuse (for direct callers of torch.ops)

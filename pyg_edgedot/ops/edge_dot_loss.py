@@ -165,18 +165,13 @@ def _space_of(op: str, device: torch.device, nodes: Tuple[int, int], src_index: 
     if sampler is None:
         return _Space(seed, empty, empty, num_negatives, num_src, num_dst, True, structured)
     space = sampler._directed
-    if torch.compiler.is_compiling():
-        # A sampler not drawn from yet has no row pointer or bucket index to pass: a traced
-        # graph cannot build and keep them on it, so it computes the row pointer in the graph
-        # and passes no index (the kernels then build one per call; the same negatives).
-        row_ptr = empty
-        if structured:
-            row_ptr = (sampler._row_ptr if sampler._row_ptr is not None
-                       else sampler._row_pointer())
-        return _Space(seed, space.adj, row_ptr, num_negatives, num_src, num_dst,
-                      space.mode == _DIRECTED, structured, space._adj_index)
-    row_ptr = sampler._source_rows() if structured else empty
-    if structured and validate:
+    # A traced graph cannot build the sampler's row pointer and bucket index and keep them on
+    # it (a sampler not drawn from yet has neither): it computes the row pointer in the graph
+    # and passes the index only if kept (else the kernels build one per call; the same
+    # negatives).
+    tracing = torch.compiler.is_compiling()
+    row_ptr = sampler._source_rows(keep=not tracing) if structured else empty
+    if structured and validate and not tracing:
         # [N_src] per call would cost more than a small batch: once per sampler, then only
         # where some source has no negative
         if sampler not in _ALL_SOURCES_FEASIBLE:
@@ -184,7 +179,8 @@ def _space_of(op: str, device: torch.device, nodes: Tuple[int, int], src_index: 
         if not _ALL_SOURCES_FEASIBLE[sampler]:
             _checks.check_loss_sources(op, sampler._free_per_source(), src_index)
     return _Space(seed, space.adj, row_ptr, num_negatives, num_src, num_dst,
-                  space.mode == _DIRECTED, structured, space.adj_index())
+                  space.mode == _DIRECTED, structured,
+                  space._adj_index if tracing else space.adj_index())
 
 
 def edge_dot_loss(x_src: Tensor, x_dst: Tensor, edge_index: Tensor, *, num_negatives: int = 1,

@@ -94,7 +94,7 @@ def _index_dtype(dtype: torch.dtype, num_src: int, num_dst: int) -> torch.dtype:
 # int64 tensors (the batched form gives every graph its own sizes).
 # ---------------------------------------------------------------------------------------
 
-_DIRECTED, _NO_LOOPS, _UNDIRECTED = "directed", "no_loops", "undirected"
+_DIRECTED, _NO_LOOPS, _UNDIRECTED = _checks.SAMPLING_MODES
 
 
 def _row_width(mode: str, n_dst):
@@ -172,10 +172,10 @@ def _excluded_edge_keys_fallback(edge_index: Tensor, mode: str, num_src_nodes: i
             or edge_index.dtype not in _checks.INDEX_DTYPES):
         raise ValueError(f"{op}: edge_index must be a [2, E] int32 or int64 tensor (got shape "
                          f"{tuple(edge_index.shape)}, {edge_index.dtype})")
-    _checks.check_sampling_op_args(op, mode, num_src_nodes, num_dst_nodes)
+    key_bound = _num_keys(mode, num_src_nodes, num_dst_nodes)
+    _checks.check_sampling_op_args(op, mode, num_src_nodes, num_dst_nodes, key_bound)
     src, dst = edge_index[0].long(), edge_index[1].long()
     bad = ~(_chunked.in_range(src, num_src_nodes) & _chunked.in_range(dst, num_dst_nodes))
-    key_bound = _num_keys(mode, num_src_nodes, num_dst_nodes)
     keys = _encode(mode, src, dst, num_src_nodes, num_dst_nodes, key_bound)
     excluded, adj = _excluded_keys_fallback(keys.masked_fill_(bad, key_bound), key_bound)
     return excluded, adj, _chunked.first_true(bad).cpu()
@@ -375,8 +375,9 @@ def _negative_sample_fallback(excluded_adj: Tensor, num_ranks: int, count: int, 
     from a torch generator seeded with ``seed`` (not the kernels' counter-based generator:
     the same distribution, other draws). It searches ``excluded_adj`` with
     ``torch.searchsorted`` and takes no index (``adj_index`` is ignored)."""
-    _checks.check_negative_sample_op_args(excluded_adj, num_ranks, count, replace, mode,
-                                          num_src_nodes, num_dst_nodes, dtype, first_round)
+    _checks.check_negative_sample_op_args(
+        excluded_adj, num_ranks, count, replace, mode, num_src_nodes, num_dst_nodes,
+        _num_keys(mode, num_src_nodes, num_dst_nodes), dtype, first_round)
     generator = torch.Generator(device=excluded_adj.device)
     generator.manual_seed(seed)
     keys = _draw_keys(excluded_adj, num_ranks, count, replace, generator, first_round)
@@ -668,9 +669,12 @@ class NegativeSampler:
         bounds = torch.arange(self.num_src_nodes + 1, device=self.device) * self._width
         return torch.searchsorted(self._directed.excluded, bounds)
 
-    def _source_rows(self) -> Tensor:
-        """The row pointer, built once and kept."""
+    def _source_rows(self, keep: bool = True) -> Tensor:
+        """The row pointer, built once and kept; with ``keep=False`` (a traced graph, which
+        cannot keep it) the kept one or one built for this call alone."""
         if self._row_ptr is None:
+            if not keep:
+                return self._row_pointer()
             with _kept_tensors():
                 self._row_ptr = self._row_pointer()
         return self._row_ptr
