@@ -585,8 +585,11 @@ def check_loss_nodes(op: str, x_src: Tensor, x_dst: Tensor, num_nodes,
                              f"nodes negatives are drawn from (got {rows} rows)")
         return rows
     pair = node_pair(num_nodes)
-    if len(pair) != 2 or any(isinstance(n, bool) or not isinstance(n, int) for n in pair):
-        raise TypeError(f"{op}: num_nodes must be an int or a pair of ints (got {num_nodes!r})")
+    expected = f"an int or a pair of ints (got {num_nodes!r})"
+    if len(pair) != 2:
+        raise TypeError(f"{op}: num_nodes must be {expected}")
+    # numpy and 0-dim Tensor ints too, as the samplers take them
+    pair = tuple(as_int(op, "num_nodes", n, expected) for n in pair)
     if any(n < 1 or n > r for n, r in zip(pair, rows)):
         raise ValueError(f"{op}: num_nodes={num_nodes} must be >= 1 and at most the rows of "
                          f"x_src and x_dst {rows}")

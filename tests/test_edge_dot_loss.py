@@ -778,6 +778,13 @@ def test_bad_arguments(gen):
     assert torch.equal(edge_dot_loss(x_src, x_dst, positives, **seeded),
                        edge_dot_loss(x_src, x_dst, positives, num_negatives=np.int64(2),
                                      seed=np.int64(7)))
+    assert torch.equal(edge_dot_loss(x_src, x_dst, positives, num_nodes=(15, 20), **seeded),
+                       edge_dot_loss(x_src, x_dst, positives, **seeded,
+                                     num_nodes=(np.int64(15), torch.tensor(20))))
+    for bad in (2.0, (15, True), "15", (15, 20, 5)):
+        with pytest.raises(TypeError, match="edge_dot_loss: num_nodes must be an int or a "
+                                            "pair of ints"):
+            edge_dot_loss(x_src, x_dst, positives, num_nodes=bad)
     with pytest.raises(TypeError, match="edge_dot_loss: x_src and x_dst must have the same"):
         edge_dot_loss(x_src, x_dst.double(), positives)
     with pytest.raises(ValueError, match=r"edge_dot_loss: edge_index must have shape \[2, E\]"):
