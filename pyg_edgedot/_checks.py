@@ -56,12 +56,14 @@ def check_tensor(op: str, name: str, value: object, ndim: int, shape: str,
         raise TypeError(f"{op}: {name} must be {dtype_text} (got {value.dtype})")
 
 
-def check_features(x_src: Tensor, x_dst: Tensor, op: str) -> None:
-    """x_src and x_dst: 2-D float tensors of one dtype, device and width."""
-    for name, x in (("x_src", x_src), ("x_dst", x_dst)):
+def check_features(x_src: Tensor, x_dst: Tensor, op: str,
+                   names: Tuple[str, str] = ("x_src", "x_dst")) -> None:
+    """x_src and x_dst: 2-D float tensors of one dtype, device and width; ``names`` are
+    theirs in the messages."""
+    for name, x in zip(names, (x_src, x_dst)):
         check_tensor(op, name, x, 2, "2-D [num_nodes, feat_dim]", FLOAT_DTYPES,
                      "float32, float64, float16 or bfloat16")
-    check_alike(op, "x_src", x_src, "x_dst", x_dst)
+    check_alike(op, names[0], x_src, names[1], x_dst)
 
 
 def check_embeddings(op: str, name: str, z: object) -> None:
@@ -105,12 +107,13 @@ def check_edge_index(x_src: Tensor, edge_index: Tensor, op: str) -> Tensor:
     return edge_index
 
 
-def check_index_dtype_device(op: str, name: str, index: Tensor, x_src: Tensor) -> None:
-    """An index tensor: int64 or int32, on the device of ``x_src``."""
+def check_index_dtype_device(op: str, name: str, index: Tensor, x_src: Tensor,
+                             x_name: str = "x_src") -> None:
+    """An index tensor: int64 or int32, on the device of ``x_src`` (named ``x_name``)."""
     if index.dtype not in INDEX_DTYPES:
         raise TypeError(f"{op}: {name} must be int64 or int32 (got {index.dtype})")
     if index.device != x_src.device:
-        raise ValueError(f"{op}: x_src and {name} must be on the same device "
+        raise ValueError(f"{op}: {x_name} and {name} must be on the same device "
                          f"(got {x_src.device} and {index.device})")
 
 
@@ -199,7 +202,10 @@ def check_not_mapping(op: str, edge_label_index: object) -> None:
 def check_hetero_inputs(op: str, x_dict: Mapping, edge_label_index_dict: object,
                         edge_type_dict: object) -> None:
     """Dict inputs: ``edge_label_index`` a dict keyed by edge types ``(src_type, relation,
-    dst_type)`` whose node types ``x_dict`` has; ``edge_type`` None or a dict."""
+    dst_type)`` whose node types ``x_dict`` has; ``edge_type`` None or a dict. Each edge
+    type's features and index are checked here, under the names the user gave them
+    (``x['user']``, ``edge_label_index[key]``), before ``edge_dot`` would call them
+    ``x_src`` and ``edge_index``."""
     if not isinstance(edge_label_index_dict, Mapping):
         raise TypeError(f"{op}: x is a dict of node features, so edge_label_index must be a "
                         f"dict {{(src_type, relation, dst_type): [2, E]}} (got "
@@ -215,6 +221,11 @@ def check_hetero_inputs(op: str, x_dict: Mapping, edge_label_index_dict: object,
             if node_type not in x_dict:
                 raise KeyError(f"{op}: edge type {key} needs x[{node_type!r}], which x does "
                                f"not have (it has {sorted(x_dict)})")
+        names = (f"x[{key[0]!r}]", f"x[{key[2]!r}]")
+        check_features(x_dict[key[0]], x_dict[key[2]], op, names)
+        name = f"edge_label_index[{key!r}]"
+        check_index_dtype_device(op, name, check_pairs(op, name, edge_label_index_dict[key]),
+                                 x_dict[key[0]], names[0])
 
 
 def check_candidate_index(op: str, index: Tensor, name: str, shape: str, x_src: Tensor,

@@ -402,3 +402,22 @@ def test_module_hetero_dict_errors(gen):
     with pytest.raises(TypeError, match="edge_type must be an int or an \\[E\\] Tensor "
                                         "\\(got bool True\\)"):
         EdgeDotScore(num_relations=3, channels=8)(x_dict, eli, {key: True for key in eli})
+    # Each node type's features and each edge type's index are named as the user gave them,
+    # not as edge_dot's x_src / edge_index.
+    key = ("user", "rates", "item")
+    bad_inputs = [
+        ({"item": x_dict["user"].numpy()}, TypeError, r"x\['item'\] must be a Tensor"),
+        ({"user": x_dict["user"][0]}, ValueError, r"x\['user'\] must be 2-D"),
+        ({"item": x_dict["item"].double()}, TypeError,
+         r"x\['user'\] and x\['item'\] must have the same dtype"),
+        ({"item": x_dict["item"][:, :5]}, ValueError,
+         r"x\['user'\] and x\['item'\] must have the same feature dimension"),
+    ]
+    for change, error, message in bad_inputs:
+        with pytest.raises(error, match="^EdgeDotScore: " + message):
+            score({**x_dict, **change}, eli)
+    name = r"edge_label_index\[\('user', 'rates', 'item'\)\]"
+    with pytest.raises(ValueError, match=rf"^EdgeDotScore: {name} must have shape \[2, E\]"):
+        score(x_dict, {**eli, key: eli[key][0]})
+    with pytest.raises(TypeError, match=rf"^EdgeDotScore: {name} must be int64 or int32"):
+        score(x_dict, {**eli, key: eli[key].float()})
