@@ -1,6 +1,8 @@
 """Metrics of ``ogb.linkproppred.Evaluator``: from ranks (e.g. from
 :func:`pyg_edgedot.rank_candidates`) for its MRR datasets, and from scores against one shared
 set of negatives for its Hits@K datasets."""
+from typing import Tuple
+
 import torch
 from torch import Tensor
 
@@ -95,7 +97,8 @@ def hits_at_k_shared(pos_score: Tensor, neg_score: Tensor, k: int) -> Tensor:
         divides by zero).
 
     Raises:
-        TypeError: a score is not a real-valued Tensor, or ``k`` is not an int.
+        TypeError: a score is not a real-valued Tensor, ``k`` is not an int, or one score
+            is uint64 and the other not (no dtype holds both).
         ValueError: ``k < 1``.
     """
     op = "hits_at_k_shared"
@@ -103,6 +106,7 @@ def hits_at_k_shared(pos_score: Tensor, neg_score: Tensor, k: int) -> Tensor:
     _checks.check_real(op, "neg_score", neg_score)
     k = _checks.check_k(op, k)
     pos, neg = pos_score.detach().reshape(-1), neg_score.detach().reshape(-1)
+    pos, neg = _orderable_scores(op, pos, neg)
     if neg.numel() < k:
         return torch.ones((), dtype=torch.float, device=pos.device)
     # Compared in the dtype both promote to: a 0-dim tensor against pos would be cast to
@@ -110,6 +114,22 @@ def hits_at_k_shared(pos_score: Tensor, neg_score: Tensor, k: int) -> Tensor:
     common = torch.promote_types(pos.dtype, neg.dtype)
     kth_negative = torch.topk(neg, k).values[-1].to(device=pos.device, dtype=common)
     return (pos.to(common) > kth_negative).to(torch.float).mean()
+
+
+def _orderable_scores(op: str, pos: Tensor, neg: Tensor) -> Tuple[Tensor, Tensor]:
+    """``pos`` and ``neg`` in dtypes that ``topk``, ``>`` and ``torch.promote_types`` take.
+    PyTorch implements none of them for uint16, uint32 and uint64: uint16 and uint32 hold in
+    int64 exactly; two uint64 tensors map to int64 in the same order (the sign bit flipped);
+    uint64 with another dtype has no common dtype that holds both, and is refused."""
+    wide = (torch.uint16, torch.uint32)
+    pos, neg = (t.long() if t.dtype in wide else t for t in (pos, neg))
+    if torch.uint64 not in (pos.dtype, neg.dtype):
+        return pos, neg
+    if pos.dtype != neg.dtype:
+        raise TypeError(f"{op}: pos_score and neg_score have no common dtype (got {pos.dtype} "
+                        f"and {neg.dtype}); convert one to the other's dtype")
+    flip = torch.iinfo(torch.int64).min
+    return pos.view(torch.int64) ^ flip, neg.view(torch.int64) ^ flip
 
 
 def _largest_float_at_most(k: int, dtype: torch.dtype) -> float:

@@ -68,6 +68,32 @@ def test_scores_of_two_dtypes_compare_in_their_common_dtype():
         assert numpy_hits == expected
 
 
+def test_unsigned_scores_past_uint8():
+    # PyTorch has no topk, > or promotion for uint16, uint32 and uint64, so these raised its
+    # NotImplementedError; they compare as their values, as numpy compares them.
+    top = 2 ** 64 - 1
+    cases = [
+        (torch.tensor([70000, 5], dtype=torch.uint32),
+         torch.tensor([3, 60000], dtype=torch.uint16), 1, 0.5),
+        (torch.tensor([7, 2], dtype=torch.uint16), torch.tensor([-1, 5]), 2, 1.0),
+        (torch.tensor([4000000000, 1], dtype=torch.uint32), torch.tensor([2.0 ** 31]), 1, 0.5),
+        (torch.tensor([top, 2 ** 63 + 2, 5], dtype=torch.uint64),
+         torch.tensor([2 ** 63 + 1, 4, top - 1], dtype=torch.uint64), 1, 1 / 3),
+        (torch.tensor([top, 2 ** 63 + 2, 5], dtype=torch.uint64),
+         torch.tensor([2 ** 63 + 1, 4, top - 1], dtype=torch.uint64), 2, 2 / 3),
+        (torch.tensor([top, 2 ** 63 + 2, 5], dtype=torch.uint64),
+         torch.tensor([2 ** 63 + 1, 4, top - 1], dtype=torch.uint64), 3, 1.0),
+    ]
+    for pos, neg, k, expected in cases:
+        assert hits_at_k_shared(pos, neg, k).item() == pytest.approx(expected), (pos, neg, k)
+        pos_np, neg_np = (t.numpy() if t.dtype == torch.uint64 else t.double().numpy()
+                          for t in (pos, neg))
+        assert float(np.mean(pos_np > np.sort(neg_np)[-k])) == pytest.approx(expected)
+    with pytest.raises(TypeError, match="^hits_at_k_shared: pos_score and neg_score have no "
+                                        "common dtype"):
+        hits_at_k_shared(torch.tensor([1], dtype=torch.uint64), torch.tensor([1]), 1)
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 @pytest.mark.parametrize("k", [1, 20, 50, 100])
