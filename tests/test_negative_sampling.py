@@ -408,8 +408,14 @@ def test_edge_index_input(gen):
     neg = negative_sampling(edge_index)  # num_nodes = max(sparse_size) = 12, as PyG
     check_negatives(neg, plain, 12, 12, True, 30)
     assert int(neg.max()) <= 11
-    i, j, k = structured_negative_sampling(EdgeIndex(plain, sparse_size=(12, 12)))
+    edge_index = EdgeIndex(plain, sparse_size=(12, 12))
+    i, j, k = structured_negative_sampling(edge_index)
     assert type(k) is torch.Tensor and k.numel() == 30
+    # i and j are edge_index's rows as PyG returns them: Index objects for an EdgeIndex
+    import torch_geometric.utils as pyg_utils
+    expected = pyg_utils.structured_negative_sampling(edge_index)
+    assert [type(t) for t in (i, j, k)] == [type(t) for t in expected]
+    assert torch.equal(i, plain[0]) and torch.equal(j, plain[1])
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -949,7 +949,8 @@ def structured_negative_sampling(edge_index: Tensor, num_nodes: Optional[int] = 
     plain = sampler._edge_index
     neg = sampler._sample_per_source(plain[0], 1, generator, name, torch.int64,
                                      keep_rows=False).view(-1)
-    return plain[0], plain[1], neg
+    # edge_index's own rows, as PyG returns them (Index objects for an EdgeIndex)
+    return edge_index[0], edge_index[1], neg
 
 
 def structured_negative_sampling_feasible(edge_index: Tensor,
