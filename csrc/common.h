@@ -31,6 +31,13 @@ inline void check_rows(const char* op, const at::Tensor& x, const char* name) {
   PYG_EDGEDOT_CHECK(x.dim() == 2, op, ": ", name, " must be 2-D");
 }
 
+// The rows of a gradient: a count, so at least 0 (below 0, at::zeros' message names no
+// argument).
+inline void check_num_rows(const char* op, int64_t num_rows) {
+  PYG_EDGEDOT_CHECK(num_rows >= 0, op, ": num_rows must be >= 0 (got ",
+                    std::to_string(num_rows), ")");
+}
+
 // x is read as rows of `like`: its dtype, on its device, over its feature dimension.
 inline void check_rows_like(const char* op, const at::Tensor& x, const char* name,
                             const at::Tensor& like, const char* like_name) {
@@ -155,6 +162,7 @@ at::Tensor edge_dot_grad_op(const at::Tensor& grad_out, const at::Tensor& x_gath
   check_index(op, scatter_index, "scatter_index", 1, x_gather);
   check_index_like(op, gather_index, "gather_index", 1, scatter_index, "scatter_index", x_gather);
   check_grad_out(op, grad_out, scatter_index, x_gather, "x_gather");
+  check_num_rows(op, num_rows);
   return kernel(grad_out, x_gather, scatter_index, gather_index, at::Tensor(), at::Tensor(),
                 num_rows);
 }
@@ -173,6 +181,7 @@ at::Tensor edge_dot_rel_grad_op(const at::Tensor& grad_out, const at::Tensor& x_
   check_index_like(op, a_index, "a_index", 1, scatter_index, "scatter_index", x_b);
   check_index_like(op, b_index, "b_index", 1, scatter_index, "scatter_index", x_b);
   check_grad_out(op, grad_out, scatter_index, x_b, "x_b");
+  check_num_rows(op, num_rows);
   return kernel(grad_out, x_b, scatter_index, b_index, x_a, a_index, num_rows);
 }
 

@@ -185,6 +185,22 @@ def test_validate_false_same_tensor_and_empty_side(device, gen):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_op_grad_negative_num_rows(device, gen):
+    # Called directly (torch.ops), the gradient ops name num_rows on every backend; the C++
+    # one raises RuntimeError (TORCH_CHECK), the Python ones ValueError.
+    x = randn(gen, 8, 6, device=device)
+    index = torch.zeros(5, dtype=torch.int64, device=device)
+    grad_out = randn(gen, 5, device=device)
+    ops = torch.ops.pyg_edgedot
+    calls = {"edge_dot_grad": lambda: ops.edge_dot_grad(grad_out, x, index, index, -1),
+             "edge_dot_rel_grad": lambda: ops.edge_dot_rel_grad(grad_out, x, x, index, index,
+                                                                index, -3)}
+    for op, call in calls.items():
+        with pytest.raises((RuntimeError, ValueError), match=rf"^{op}: num_rows must be >= 0"):
+            call()
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_op_edge_dot_grad_ignores_out_of_range(device, gen):
     x_gather = randn(gen, 8, 6, device=device)
     grad_out = randn(gen, 50, device=device)
