@@ -61,15 +61,15 @@ def check_features(x_src: Tensor, x_dst: Tensor, op: str,
     """x_src and x_dst: 2-D float tensors of one dtype, device and width; ``names`` are
     theirs in the messages."""
     for name, x in zip(names, (x_src, x_dst)):
-        check_tensor(op, name, x, 2, "2-D [num_nodes, feat_dim]", FLOAT_DTYPES,
-                     "float32, float64, float16 or bfloat16")
+        check_feature_tensor(op, name, x)
     check_alike(op, names[0], x_src, names[1], x_dst)
 
 
-def check_embeddings(op: str, name: str, z: object) -> None:
-    """A module's one feature tensor for both sides (``InnerProductDecoder``'s ``z``), checked
-    under its own name before :func:`check_features` would call it ``x_src``."""
-    check_tensor(op, name, z, 2, "2-D [num_nodes, feat_dim]", FLOAT_DTYPES,
+def check_feature_tensor(op: str, name: str, x: object) -> None:
+    """One 2-D float feature tensor; a module checks its one tensor for both sides
+    (``InnerProductDecoder``'s ``z``) under its own name before :func:`check_features` would
+    call it ``x_src``."""
+    check_tensor(op, name, x, 2, "2-D [num_nodes, feat_dim]", FLOAT_DTYPES,
                  "float32, float64, float16 or bfloat16")
 
 
@@ -99,11 +99,13 @@ def check_pairs(op: str, name: str, pairs: object) -> Tensor:
     return pairs
 
 
-def check_edge_index(x_src: Tensor, edge_index: Tensor, op: str) -> Tensor:
+def check_edge_index(x_src: Tensor, edge_index: Tensor, op: str, name: str = "edge_index",
+                     x_name: str = "x_src") -> Tensor:
     """``edge_index``: ``[2, E]`` int64/int32 on the features' device; returns the plain
-    tensor (the one whose validation is remembered)."""
-    edge_index = check_pairs(op, "edge_index", edge_index)
-    check_index_dtype_device(op, "edge_index", edge_index, x_src)
+    tensor (the one whose validation is remembered). ``name`` and ``x_name`` are the two
+    arguments' names in the messages."""
+    edge_index = check_pairs(op, name, edge_index)
+    check_index_dtype_device(op, name, edge_index, x_src, x_name)
     return edge_index
 
 
@@ -223,9 +225,8 @@ def check_hetero_inputs(op: str, x_dict: Mapping, edge_label_index_dict: object,
                                f"not have (it has {sorted(x_dict)})")
         names = (f"x[{key[0]!r}]", f"x[{key[2]!r}]")
         check_features(x_dict[key[0]], x_dict[key[2]], op, names)
-        name = f"edge_label_index[{key!r}]"
-        check_index_dtype_device(op, name, check_pairs(op, name, edge_label_index_dict[key]),
-                                 x_dict[key[0]], names[0])
+        check_edge_index(x_dict[key[0]], edge_label_index_dict[key], op,
+                         f"edge_label_index[{key!r}]", names[0])
 
 
 def check_candidate_index(op: str, index: Tensor, name: str, shape: str, x_src: Tensor,

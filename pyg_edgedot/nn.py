@@ -143,7 +143,7 @@ class InnerProductDecoder(torch.nn.Module):
         Returns:
             Tensor: :math:`(E,)` in the dtype of ``z``.
         """
-        _checks.check_embeddings("InnerProductDecoder", "z", z)
+        _checks.check_feature_tensor("InnerProductDecoder", "z", z)
         value = edge_dot(z, z, edge_index)
         return torch.sigmoid(value) if sigmoid else value
 
