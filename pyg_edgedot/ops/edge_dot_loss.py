@@ -107,13 +107,17 @@ class _Space(NamedTuple):
     structured: bool
     adj_index: Optional[Tensor] = None  # the sampler's kept bucket index (see the ops)
 
-    @property
-    def width(self) -> int:
-        return self.num_dst_nodes if self.self_loops else self.num_dst_nodes - 1
 
-    @property
-    def num_keys(self) -> int:
-        return self.num_src_nodes * self.width
+# Functions, not properties of _Space: torch.compile (dynamo) in torch 2.5 cannot read a
+# property of a NamedTuple (fullgraph=True fails on it).
+def _width(space: _Space) -> int:
+    """The candidate destinations of one source."""
+    return space.num_dst_nodes if space.self_loops else space.num_dst_nodes - 1
+
+
+def _num_keys(space: _Space) -> int:
+    """The candidate pairs: every source times :func:`_width`."""
+    return space.num_src_nodes * _width(space)
 
 
 def negatives_of(space: _Space, src_index: Tensor, first: int) -> Tuple[Tensor, Tensor]:
@@ -123,7 +127,7 @@ def negatives_of(space: _Space, src_index: Tensor, first: int) -> Tuple[Tensor, 
     device = src_index.device
     counter = torch.arange(first * k, (first + num_pos) * k, device=device).view(num_pos, k)
     u = uniform(space.seed, counter)
-    width = space.width
+    width = _width(space)
     mode = _DIRECTED if space.self_loops else _NO_LOOPS
     if space.structured:
         src = src_index.long()
@@ -138,7 +142,7 @@ def negatives_of(space: _Space, src_index: Tensor, first: int) -> Tuple[Tensor, 
         key = _rank_to_key(space.excluded_adj, rank.view(-1), ranks_sorted=False)
         _, dst = _decode(mode, key, space.num_src_nodes, space.num_dst_nodes)
         return src.unsqueeze(1).expand(num_pos, k), dst.view(num_pos, k)
-    rank = _scaled(u, space.num_keys - space.excluded_adj.numel())
+    rank = _scaled(u, _num_keys(space) - space.excluded_adj.numel())
     key = _rank_to_key(space.excluded_adj, rank.view(-1), ranks_sorted=False)
     src, dst = _decode(mode, key, space.num_src_nodes, space.num_dst_nodes)
     return src.view(num_pos, k), dst.view(num_pos, k)
@@ -279,7 +283,7 @@ def edge_dot_loss(x_src: Tensor, x_dst: Tensor, edge_index: Tensor, *, num_negat
                       sampler, validate)
     # (the kernels check these too, for direct callers; here they raise the errors users see)
     _checks.check_loss_op_args(op, x_src, x_dst, space.seed, space.excluded_adj, space.row_ptr,
-                               space.num_src_nodes, space.num_dst_nodes, space.num_keys)
+                               space.num_src_nodes, space.num_dst_nodes, _num_keys(space))
     out, first_bad, _ = torch.ops.pyg_edgedot.edge_dot_loss(
         x_src, x_dst, src_index, dst_index, *space[:3], num_negatives, space.num_src_nodes,
         space.num_dst_nodes, space.self_loops, negatives, loss, reduction,
@@ -339,7 +343,7 @@ def _space_from_args(op: str, x_src, x_dst, src_index, dst_index, seed, excluded
     space = _Space(seed, excluded_adj, row_ptr, num_negatives, num_src_nodes, num_dst_nodes,
                    self_loops, negatives == "structured")
     _checks.check_loss_op_args(op, x_src, x_dst, seed, excluded_adj, row_ptr, num_src_nodes,
-                               num_dst_nodes, space.num_keys)
+                               num_dst_nodes, _num_keys(space))
     return space
 
 
