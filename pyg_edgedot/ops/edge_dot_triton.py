@@ -170,7 +170,9 @@ if triton is not None:
         # the smallest bad edge.
         if REPORT_BAD:
             first_bad_slot = first_bad_ptr.to(tl.pointer_type(tl.uint64)) + tl.zeros_like(edges)
-            tl.atomic_min(first_bad_slot, edges.to(tl.uint64), mask=in_range & ~valid)
+            outside = (src < 0) | (src >= num_src) | (dst < 0) | (dst >= num_dst)
+            # (not in_range & ~valid: Triton 3.1's interpreter, torch 2.5's, has no ~ on a bool)
+            tl.atomic_min(first_bad_slot, edges.to(tl.uint64), mask=in_range & outside)
         src_rows = x_src_ptr + tl.where(valid, src, 0) * src_row_stride
         dst_rows = x_dst_ptr + tl.where(valid, dst, 0) * dst_row_stride
         acc = tl.zeros((BLOCK_E, BLOCK_D), dtype=ACC_DTYPE)
