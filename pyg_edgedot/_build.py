@@ -20,7 +20,9 @@ Loading a library already built imports nothing from ``torch.utils.cpp_extension
 at import); only a build does. ``setup.py`` loads this file on its own (no package imports),
 so both paths compile with the same flags into the same cache.
 """
+import contextlib
 import hashlib
+import io
 import json
 import logging
 import os
@@ -283,13 +285,16 @@ def compile_library(variant: str, csrc: Path, build_dir: Path) -> Tuple[str, str
     of ``variant`` in ``build_dir``; returns its path and torch's log lines. Raises on failure,
     with the compiler's output in the message."""
     # torch's build logs (e.g. "No CUDA runtime is found", its compiler checks) go to the
-    # build's log, not to the terminal.
+    # build's log, not to the terminal: a logger in recent torch, warnings, and lines printed
+    # to stderr in older torch (2.5 prints "No CUDA runtime is found" when the import runs).
     capture = _Capture()
     logger = logging.getLogger("torch.utils.cpp_extension")
     logger.addHandler(capture)
     propagate, logger.propagate = logger.propagate, False
+    printed = io.StringIO()
     try:
-        with warnings.catch_warnings(record=True) as caught:
+        with warnings.catch_warnings(record=True) as caught, \
+                contextlib.redirect_stderr(printed):
             warnings.simplefilter("always")
             from torch.utils import cpp_extension
             kwargs = dict(name=library_name(variant), sources=sources(variant == "cuda", csrc),
@@ -302,7 +307,7 @@ def compile_library(variant: str, csrc: Path, build_dir: Path) -> Tuple[str, str
     finally:
         logger.removeHandler(capture)
         logger.propagate = propagate
-    log = capture.lines + [str(w.message) for w in caught]
+    log = printed.getvalue().splitlines() + capture.lines + [str(w.message) for w in caught]
     return str(build_dir / f"{library_name(variant)}.so"), "\n".join(log)
 
 
