@@ -18,6 +18,7 @@ examples:
       --num-nodes 1000000 --avg-degree 20 --neg-sampling uniform --epochs 20 --json ddp.json
   python examples/ddp_link_pred.py                     # one process, world size 1
 """
+import collections
 import os
 from typing import Optional, Tuple
 
@@ -62,6 +63,19 @@ def init_distributed(device_arg) -> Tuple[int, int, torch.device, str]:
     return rank, world_size, device, backend
 
 
+# The tensors of the last collectives stay referenced from Python until the process group is
+# destroyed. With torch < 2.8, destroying a Gloo group holds the GIL while it joins its worker
+# threads, and a worker still freeing a finished collective whose tensors Python has dropped
+# needs the GIL to free their Python objects: a deadlock at exit (seen with torch 2.5.1 on
+# rank 0's last all_gather; pytorch/pytorch#154976 releases the GIL there, in torch 2.8).
+_RECENT_COLLECTIVES = collections.deque(maxlen=16)
+
+
+def all_reduce(tensor: Tensor) -> None:
+    dist.all_reduce(tensor)
+    _RECENT_COLLECTIVES.append(tensor)
+
+
 def all_gather_cat(tensor: Tensor) -> Tensor:
     """Concatenation of every rank's 1-D ``tensor`` (lengths may differ), on every rank."""
     world_size = dist.get_world_size()
@@ -75,6 +89,7 @@ def all_gather_cat(tensor: Tensor) -> Tensor:
     padded[:tensor.numel()] = tensor
     parts = [torch.empty_like(padded) for _ in range(world_size)]
     dist.all_gather(parts, padded)
+    _RECENT_COLLECTIVES.append((size, sizes, padded, parts))
     return torch.cat([part[:int(n)] for part, n in zip(parts, sizes)])
 
 
@@ -86,6 +101,7 @@ def main(argv=None) -> Optional[dict]:
         return train_and_test(args, rank, world_size, device, backend)
     finally:
         dist.destroy_process_group()
+        _RECENT_COLLECTIVES.clear()
 
 
 def train_and_test(args, rank: int, world_size: int, device: torch.device,
@@ -118,7 +134,7 @@ def train_and_test(args, rank: int, world_size: int, device: torch.device,
         loss.backward()  # DDP all-reduces (averages) the gradients here
         optimizer.step()
         loss = loss.detach()
-        dist.all_reduce(loss)
+        all_reduce(loss)
         return loss.item() / world_size
 
     @torch.no_grad()
@@ -142,7 +158,7 @@ def train_and_test(args, rank: int, world_size: int, device: torch.device,
     sums = _common.ranking_sums(lambda index: decoder(z, index), share(test_pos),
                                 test_data.num_nodes, args.num_rank_negatives, args.hits_k,
                                 seed=args.seed + rank)
-    dist.all_reduce(sums)
+    all_reduce(sums)
     metrics.update({f"test_{k}": v
                     for k, v in _common.ranking_metrics(sums, args.hits_k).items()})
 
