@@ -68,6 +68,8 @@ def init_distributed(device_arg) -> Tuple[int, int, torch.device, str]:
 # threads, and a worker still freeing a finished collective whose tensors Python has dropped
 # needs the GIL to free their Python objects: a deadlock at exit (seen with torch 2.5.1 on
 # rank 0's last all_gather; pytorch/pytorch#154976 releases the GIL there, in torch 2.8).
+# The last 16, not all: a worker frees a collective once it gets the GIL, which each later
+# collective's wait releases, and all of them would keep every epoch's validation scores.
 _RECENT_COLLECTIVES = collections.deque(maxlen=16)
 
 
