@@ -9,7 +9,9 @@ otherwise be silent (ranking ties, the generators).
 import importlib
 import json
 import math
+import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -38,12 +40,29 @@ def _command(script, *args, json_path, torchrun_procs=None):
                   "--json", str(json_path), *map(str, args)]
 
 
+def _run(cmd, cwd):
+    """``subprocess.run`` in a session of its own, killed as a whole on timeout.
+
+    torchrun's workers are its children: killing torchrun alone on a timeout (what
+    ``subprocess.run`` does) would leave them running, holding a core each.
+    """
+    with subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True, start_new_session=True) as proc:
+        try:
+            stdout, stderr = proc.communicate(timeout=TIMEOUT)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            stdout, stderr = proc.communicate()
+            pytest.fail(f"{cmd[1:]} ran past {TIMEOUT} s\n--- stdout\n{stdout[-4000:]}\n"
+                        f"--- stderr\n{stderr[-6000:]}")
+    return subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
+
+
 def run_example(tmp_path, script, *args, torchrun_procs=None, expect_ok=True):
     """Runs an example in ``tmp_path``; returns (its JSON report or None, the process)."""
     json_path = tmp_path / f"{Path(script).stem}.json"
-    proc = subprocess.run(_command(script, *args, json_path=json_path,
-                                   torchrun_procs=torchrun_procs),
-                          cwd=tmp_path, capture_output=True, text=True, timeout=TIMEOUT)
+    proc = _run(_command(script, *args, json_path=json_path, torchrun_procs=torchrun_procs),
+                cwd=tmp_path)
     if not expect_ok:
         return None, proc
     assert proc.returncode == 0, (
