@@ -6,6 +6,7 @@ calling the script's ``main(argv)``, since starting Python with torch and PyG co
 on two cores. The shared helpers of ``examples/`` get direct unit tests where a bug would
 otherwise be silent (ranking ties, the generators).
 """
+import contextlib
 import importlib
 import json
 import math
@@ -41,18 +42,22 @@ def _command(script, *args, json_path, torchrun_procs=None):
 
 
 def _run(cmd, cwd):
-    """``subprocess.run`` in a session of its own, killed as a whole on timeout.
+    """``subprocess.run`` in a session of its own, killed as a whole on timeout or interrupt.
 
-    torchrun's workers are its children: killing torchrun alone on a timeout (what
-    ``subprocess.run`` does) would leave them running, holding a core each.
+    torchrun's workers are its children: killing torchrun alone (what ``subprocess.run`` does
+    on a timeout) would leave them running, holding a core each. The session of its own also
+    keeps a Ctrl-C of pytest from reaching them, hence the kill on any exception.
     """
     with subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                           text=True, start_new_session=True) as proc:
         try:
             stdout, stderr = proc.communicate(timeout=TIMEOUT)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
+        except BaseException as error:
+            with contextlib.suppress(ProcessLookupError):  # the whole group already ended
+                os.killpg(proc.pid, signal.SIGKILL)
             stdout, stderr = proc.communicate()
+            if not isinstance(error, subprocess.TimeoutExpired):
+                raise
             pytest.fail(f"{cmd[1:]} ran past {TIMEOUT} s\n--- stdout\n{stdout[-4000:]}\n"
                         f"--- stderr\n{stderr[-6000:]}")
     return subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
